@@ -1,0 +1,5 @@
+//! The `engram` command: a thin shell over the `engram` library.
+
+fn main() {
+    println!("engram");
+}

@@ -1,0 +1,1 @@
+//! Per-sequence n-gram history and the row hash.
