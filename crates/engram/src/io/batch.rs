@@ -187,13 +187,9 @@ impl<E: ReadEngine> RowSource for BatchSource<E> {
     }
 }
 
-/// Checks the output buffer holds exactly `rows` rows.
-pub(crate) fn check_out_len(
-    table: usize,
-    rows: usize,
-    row_bytes: usize,
-    out_len: usize,
-) -> Result<()> {
+/// Checks an output buffer holds exactly `rows` rows of `row_bytes` (an
+/// [`Error::InvalidArgument`] otherwise).
+pub fn check_out_len(table: usize, rows: usize, row_bytes: usize, out_len: usize) -> Result<()> {
     if rows.checked_mul(row_bytes) != Some(out_len) {
         return Err(Error::InvalidArgument(format!(
             "output buffer for {rows} rows of table {table} is {out_len} bytes; expected {rows} x {row_bytes}"
@@ -278,6 +274,7 @@ pub(crate) fn read_op_positional(
     buf: &mut [u8],
     direct: bool,
 ) -> io::Result<()> {
+    // Consecutive retries without progress before the error is returned.
     const MAX_RETRIES: u32 = 1000;
     let mut got = 0usize;
     let mut retries = 0;
@@ -286,6 +283,7 @@ pub(crate) fn read_op_positional(
             Ok(0) => return Err(eof_error(op, got)),
             Ok(n) => {
                 got += n;
+                retries = 0;
                 if got < op.need && direct && got as u64 % PAGE != 0 {
                     return Err(eof_error(op, got));
                 }

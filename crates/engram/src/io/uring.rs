@@ -24,7 +24,8 @@ use super::plan::{check_ops, ReadOp};
 use super::{Priority, PAGE};
 use crate::{Error, Result};
 
-/// Retries of one read on `EINTR`/`EAGAIN` before it counts as failed.
+/// Consecutive retries of one read on `EINTR`/`EAGAIN` (without progress)
+/// before it counts as failed.
 const MAX_RETRIES: u32 = 1000;
 
 /// One batch handed to the ring thread.
@@ -390,6 +391,7 @@ impl RingLoop {
             return;
         }
         state.got += result as usize;
+        state.retries = 0;
         if state.got >= read.need {
             let started = state.started.unwrap_or_else(Instant::now);
             active

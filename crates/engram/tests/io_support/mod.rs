@@ -95,7 +95,11 @@ pub fn random_rows(seed: u64, rows: u64, n: usize) -> Vec<u64> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let id = if i % 7 == 3 { out[(x % i as u64) as usize] } else { x % rows };
+        let id = if i % 7 == 3 {
+            out[(x % i as u64) as usize]
+        } else {
+            x % rows
+        };
         out.push(id);
     }
     out
