@@ -81,10 +81,3 @@ pub fn layout(_params: &crate::layout::LayoutParams, _token_map: Vec<u32>) -> Re
         "deriving a layout needs the layout module (not merged yet)".into(),
     ))
 }
-
-/// Encodes a 264-byte row as a 136-byte row (row `row` of table `table`, for errors).
-pub fn encode_row136(_src: &[u8], _dst: &mut [u8], _table: usize, _row: u64) -> Result<()> {
-    Err(Error::InvalidArgument(
-        "lloyd4 encoding needs the codec module (not merged yet)".into(),
-    ))
-}

@@ -64,6 +64,7 @@ pub fn model_from_header(path: &Path, header: &GgufHeader) -> Result<super::Mode
         Dialect::Deepseek41 => layout_ds41(&meta)?,
         Dialect::Deepseek4 => layout_ds4(&meta)?,
     };
+    check_vocab(&meta, &layout)?;
     let encoding = meta.encoding()?;
     let mut tables = Vec::with_capacity(layout.tables.len());
     for t in &layout.tables {
@@ -226,6 +227,28 @@ impl Meta<'_> {
         };
         let n = v.len();
         self.u32s("token_map", v, n).map(Some)
+    }
+}
+
+/// The token map must have one entry per token of the file's vocabulary,
+/// when the file says how large that is (`tokenizer.ggml.tokens`, or
+/// `{arch}.vocab_size`).
+fn check_vocab(meta: &Meta, layout: &Layout) -> Result<()> {
+    let h = meta.header;
+    let vocab = match h.get("tokenizer.ggml.tokens").and_then(Value::as_array) {
+        Some(tokens) => Some(tokens.len() as u64),
+        None => ["deepseek41.vocab_size", "deepseek4.vocab_size"]
+            .iter()
+            .find_map(|k| h.get(k).and_then(Value::as_u64)),
+    };
+    match vocab {
+        Some(v) => {
+            let field = meta
+                .find("token_map")
+                .map_or_else(|| meta.key("token_map"), |(k, _)| k);
+            super::checks::token_map_len(meta.path, &field, layout.token_map.len(), v)
+        }
+        None => Ok(()),
     }
 }
 
@@ -635,6 +658,10 @@ pub fn ds41_metadata(layout: &Layout, encoding: Encoding, name: &str) -> Vec<(St
         ),
         ("general.name".into(), Value::String(name.into())),
         ("general.alignment".into(), Value::U32(32)),
+        (
+            "deepseek41.vocab_size".into(),
+            Value::U32(layout.token_map.len() as u32),
+        ),
         (k("encoding"), Value::String(encoding.name().into())),
         (
             k("layer_ids"),
@@ -642,10 +669,7 @@ pub fn ds41_metadata(layout: &Layout, encoding: Encoding, name: &str) -> Vec<(St
                 layout.tables.iter().map(|t| t.layer_id).collect(),
             )),
         ),
-        (
-            k("rows"),
-            Value::Array(Array::U64(layout.tables.iter().map(|t| t.rows).collect())),
-        ),
+        (k("rows"), Value::Array(rows_array(layout))),
         (k("head_count"), Value::U32(layout.n_heads as u32)),
         (
             k("max_ngram_size"),
@@ -673,6 +697,19 @@ pub fn ds41_metadata(layout: &Layout, encoding: Encoding, name: &str) -> Vec<(St
             )),
         ),
     ]
+}
+
+/// Table rows as ds4 writes them (u32), or u64 if a table is larger.
+fn rows_array(layout: &Layout) -> Array {
+    let rows: Vec<u64> = layout.tables.iter().map(|t| t.rows).collect();
+    match rows
+        .iter()
+        .map(|&r| u32::try_from(r))
+        .collect::<std::result::Result<Vec<u32>, _>>()
+    {
+        Ok(small) => Array::U32(small),
+        Err(_) => Array::U64(rows),
+    }
 }
 
 /// The tensor declarations of `layout`'s tables in `encoding`.

@@ -19,6 +19,8 @@ pub mod gguf;
 pub mod hf;
 pub mod output;
 mod rows;
+pub use rows::sample_rows;
+pub mod convert;
 pub mod stream;
 pub mod synth;
 

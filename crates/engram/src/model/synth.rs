@@ -85,7 +85,7 @@ pub fn fill_rows(
             for (i, row) in out.chunks_exact_mut(width).enumerate() {
                 let r = first_row + i as u64;
                 fill_row264(table_seed, r, &mut src);
-                super::derive::encode_row136(&src, row, table, r)?;
+                crate::codec::encode_row136(&src, row).map_err(|e| e.into_error(table, r))?;
             }
         }
     }
