@@ -96,21 +96,38 @@ pub struct UringEngine {
 }
 
 impl UringEngine {
-    /// Sets up a ring of `depth` entries over `files` and checks it works
-    /// (a `NOP` round trip): seccomp filters or `io_uring_disabled` can
-    /// allow setup yet refuse submission.
+    /// Sets up a ring of `depth` entries over `files` on its thread and
+    /// checks it works (a `NOP` round trip): seccomp filters or
+    /// `io_uring_disabled` can allow setup yet refuse submission.
     pub fn new(files: Arc<TableFiles>, depth: usize) -> Result<UringEngine> {
         let depth = depth.clamp(1, 4096);
-        let setup = |e: io::Error| Error::io("io_uring", e);
-        let mut ring = IoUring::new(depth as u32).map_err(setup)?;
-        probe(&mut ring).map_err(setup)?;
         let fds = files.raw_fds();
         let direct = files.direct;
         let (tx, rx) = crossbeam_channel::unbounded();
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<io::Result<()>>(1);
+        // The ring is created on the thread that uses it: with
+        // SINGLE_ISSUER the creating task is the only one allowed to submit.
         let thread = std::thread::Builder::new()
             .name("engram-uring".into())
-            .spawn(move || RingLoop::new(ring, fds, direct, depth).run(&rx))
-            .map_err(setup)?;
+            .spawn(move || {
+                let ring = match setup_ring(depth as u32) {
+                    Ok(ring) => ring,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                RingLoop::new(ring, fds, direct, depth).run(&rx);
+            })
+            .map_err(|e| Error::io("io_uring", e))?;
+        let ready = ready_rx
+            .recv()
+            .unwrap_or_else(|_| Err(io::Error::other("io_uring thread exited during setup")));
+        if let Err(e) = ready {
+            let _ = thread.join();
+            return Err(Error::io("io_uring", e));
+        }
         Ok(UringEngine {
             tx: Some(tx),
             thread: Some(thread),
@@ -118,6 +135,26 @@ impl UringEngine {
             _files: files,
         })
     }
+}
+
+/// Sets up a ring and checks it works.
+///
+/// Asks for cooperative, deferred task running with a single issuer (Linux
+/// 6.1+): completions are then processed when the ring thread waits, not by
+/// interrupting it, which is what one thread owning a ring wants. Older
+/// kernels reject the flags; a plain ring is used then.
+fn setup_ring(entries: u32) -> io::Result<IoUring> {
+    let tuned = IoUring::builder()
+        .setup_coop_taskrun()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(entries);
+    let mut ring = match tuned {
+        Ok(ring) => ring,
+        Err(_) => IoUring::new(entries)?,
+    };
+    probe(&mut ring)?;
+    Ok(ring)
 }
 
 /// Submits a `NOP` and waits for its completion.
