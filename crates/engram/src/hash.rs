@@ -127,12 +127,13 @@ impl History {
         Ok(())
     }
 
-    /// The ids the next token's hash reads for `k = 1..max_ngram_size`
-    /// (`window[k]`), with dead and before-start positions as `pad`.
+    /// The window of the last token hashed: `window[j]` is the id `j + 1`
+    /// positions back from the next token, with dead and before-start positions as `pad`.
+    /// [`shift_in`] turns it into the next token's window.
     fn window(&self, pad: u64) -> [u64; MAX_NGRAM_SIZE] {
         let mut window = [pad; MAX_NGRAM_SIZE];
-        for (k, slot) in window.iter_mut().enumerate().take(self.context + 1).skip(1) {
-            match self.ids.len().checked_sub(k).map(|i| self.ids[i]) {
+        for (j, slot) in window.iter_mut().enumerate().take(self.context) {
+            match self.ids.len().checked_sub(j + 1).map(|i| self.ids[i]) {
                 Some(id) if id != DEAD => *slot = u64::from(id),
                 _ => break,
             }
@@ -358,9 +359,11 @@ mod tests {
     fn window_reads_pad_from_the_first_dead_position() {
         let mut h = History::new(4).unwrap();
         h.ids = vec![10, DEAD, 11, 12];
-        assert_eq!(h.window(2)[..4], [2, 12, 11, 2]);
+        assert_eq!(h.window(2)[..4], [12, 11, 2, 2]);
+        h.ids = vec![9, 10, 11, 12];
+        assert_eq!(h.window(2)[..4], [12, 11, 10, 2]);
         h.ids = vec![10, 11];
-        assert_eq!(h.window(2)[..4], [2, 11, 10, 2]);
+        assert_eq!(h.window(2)[..4], [11, 10, 2, 2]);
         h.ids.push(DEAD);
         assert_eq!(h.window(2)[..4], [2, 2, 2, 2]);
     }
