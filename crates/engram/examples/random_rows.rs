@@ -55,12 +55,12 @@ fn main() -> engram::Result<()> {
         let started = Instant::now();
         let mut out = vec![0u8; batch * 264];
         for _ in 0..rounds {
-            let ids: Vec<u64> = (0..batch)
+            let ids: Vec<u32> = (0..batch)
                 .map(|_| {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    x % table.rows
+                    (x % table.rows) as u32
                 })
                 .collect();
             let t = Instant::now();

@@ -27,15 +27,15 @@ const ENTRY_OVERHEAD: u64 = 64;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RowWeighter;
 
-impl Weighter<(u32, u64), Arc<[u8]>> for RowWeighter {
-    fn weight(&self, _key: &(u32, u64), row: &Arc<[u8]>) -> u64 {
+impl Weighter<(u32, u32), Arc<[u8]>> for RowWeighter {
+    fn weight(&self, _key: &(u32, u32), row: &Arc<[u8]>) -> u64 {
         row.len() as u64 + ENTRY_OVERHEAD
     }
 }
 
 /// A concurrent row cache with a byte budget, and its hit/miss counters.
 pub struct RowCache {
-    rows: Cache<(u32, u64), Arc<[u8]>, RowWeighter>,
+    rows: Cache<(u32, u32), Arc<[u8]>, RowWeighter>,
     budget: u64,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -86,12 +86,12 @@ impl RowCache {
     }
 
     /// The cached bytes of `row` of `table`, if held.
-    pub fn get(&self, table: usize, row: u64) -> Option<Arc<[u8]>> {
+    pub fn get(&self, table: usize, row: u32) -> Option<Arc<[u8]>> {
         self.rows.get(&(table as u32, row))
     }
 
     /// Stores `bytes` as `row` of `table`.
-    pub fn insert(&self, table: usize, row: u64, bytes: &[u8]) {
+    pub fn insert(&self, table: usize, row: u32, bytes: &[u8]) {
         self.rows.insert((table as u32, row), Arc::from(bytes));
     }
 }
@@ -141,7 +141,7 @@ impl<S: RowSource> RowSource for CachedSource<S> {
     fn read_rows_at(
         &self,
         table: usize,
-        rows: &[u64],
+        rows: &[u32],
         out: &mut [u8],
         priority: Priority,
     ) -> Result<BatchStats> {
@@ -155,7 +155,7 @@ impl<S: RowSource> RowSource for CachedSource<S> {
         let row_bytes = self.inner.row_bytes(table);
         crate::io::batch::check_out_len(table, rows.len(), row_bytes, out.len())?;
         let table_rows = self.inner.table_rows(table);
-        if let Some(&bad) = rows.iter().find(|&&r| r >= table_rows) {
+        if let Some(&bad) = rows.iter().find(|&&r| u64::from(r) >= table_rows) {
             return Err(Error::InvalidArgument(format!(
                 "row {bad} of table {table} is out of range (the table has {table_rows} rows)"
             )));
@@ -164,7 +164,7 @@ impl<S: RowSource> RowSource for CachedSource<S> {
         order.sort_unstable_by_key(|&i| rows[i]);
         let groups = group_runs(rows, &order);
         // Hits are copied out now; misses are collected for one read.
-        let mut missing: Vec<(u64, &[usize])> = Vec::new();
+        let mut missing: Vec<(u32, &[usize])> = Vec::new();
         for &(row, positions) in &groups {
             match self.cache.get(table, row) {
                 Some(bytes) => scatter_row(&bytes, positions, row_bytes, out),
@@ -178,7 +178,7 @@ impl<S: RowSource> RowSource for CachedSource<S> {
             .fetch_add(missing.len() as u64, Ordering::Relaxed);
         let mut stats = BatchStats::default();
         if !missing.is_empty() {
-            let ids: Vec<u64> = missing.iter().map(|&(row, _)| row).collect();
+            let ids: Vec<u32> = missing.iter().map(|&(row, _)| row).collect();
             let mut fetched = vec![0u8; ids.len() * row_bytes];
             stats = self
                 .inner
@@ -198,7 +198,7 @@ impl<S: RowSource> RowSource for CachedSource<S> {
 }
 
 /// Groups request positions (sorted by row in `order`) into runs of one row.
-fn group_runs<'a>(rows: &[u64], order: &'a [usize]) -> Vec<(u64, &'a [usize])> {
+fn group_runs<'a>(rows: &[u32], order: &'a [usize]) -> Vec<(u32, &'a [usize])> {
     let mut groups = Vec::new();
     let mut start = 0;
     while start < order.len() {

@@ -66,7 +66,8 @@ fn all_backends_return_rows_in_request_order() {
             assert_eq!(source.row_bytes(table), 264);
             assert_eq!(source.table_rows(table), rows);
             let mut ids = random_rows(seed * 31 + 5, rows, 2000);
-            ids.extend([rows - 1, 0, rows - 1, rows - 2, 1, 2, 3]);
+            let last = rows as u32 - 1;
+            ids.extend([last, 0, last, last - 1, 1, 2, 3]);
             let mut out = vec![0u8; ids.len() * 264];
             let stats = source.read_rows(table, &ids, &mut out).unwrap();
             assert!(
@@ -105,13 +106,13 @@ fn rows_sharing_a_page_are_one_read() {
         };
         // Rows 0..=15 cover bytes 0..4224: every row shares a page with the
         // next, so the run is a single read.
-        let ids: Vec<u64> = (0..16).rev().collect();
+        let ids: Vec<u32> = (0..16).rev().collect();
         let mut out = vec![0u8; ids.len() * 264];
         let stats = source.read_rows(0, &ids, &mut out).unwrap();
         assert_eq!(stats.reads_issued, 1, "{}", source.name());
         assert_eq!(out, expected(3, 264, &ids));
         // Rows 0 and 40 (byte 10560) share no page: two reads.
-        let ids = [40u64, 0, 40];
+        let ids = [40u32, 0, 40];
         let mut out = vec![0u8; 3 * 264];
         let stats = source.read_rows(0, &ids, &mut out).unwrap();
         assert_eq!((stats.rows_unique, stats.reads_issued), (2, 2));

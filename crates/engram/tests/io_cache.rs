@@ -46,7 +46,7 @@ fn cached_reads_are_bit_identical_and_counted() {
     assert_eq!(cache.hits() + cache.misses(), total_unique);
     assert!(cache.hits() > 0, "repeated rows must hit");
     // A request of rows all read before: no storage read at all.
-    let ids: Vec<u64> = random_rows(3, 3000, 700);
+    let ids: Vec<u32> = random_rows(3, 3000, 700);
     let mut out = vec![0u8; ids.len() * 264];
     let stats = cached.read_rows(0, &ids, &mut out).unwrap();
     assert_eq!(stats.reads_issued, 0);
@@ -62,7 +62,7 @@ fn cache_stays_within_its_budget() {
     let cache = Arc::new(RowCache::new(budget, 264));
     let cached = CachedSource::new(plain, cache.clone());
     for round in 0..5 {
-        let ids: Vec<u64> = (round * 500..round * 500 + 500).collect();
+        let ids: Vec<u32> = (round * 500..round * 500 + 500).collect();
         let mut out = vec![0u8; ids.len() * 264];
         cached.read_rows(0, &ids, &mut out).unwrap();
         assert!(out == expected(11, 264, &ids));

@@ -199,7 +199,7 @@ impl<E: ReadEngine> RowSource for BatchSource<E> {
     fn read_rows_at(
         &self,
         table: usize,
-        rows: &[u64],
+        rows: &[u32],
         out: &mut [u8],
         priority: Priority,
     ) -> Result<BatchStats> {

@@ -142,7 +142,7 @@ impl RowSource for FaultSource {
     fn read_rows_at(
         &self,
         table: usize,
-        rows: &[u64],
+        rows: &[u32],
         out: &mut [u8],
         priority: Priority,
     ) -> Result<BatchStats> {

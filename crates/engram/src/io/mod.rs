@@ -64,7 +64,8 @@ pub trait RowSource: Send + Sync {
     /// Number of tables.
     fn tables(&self) -> usize;
 
-    /// Rows in `table` (valid row ids are `0..table_rows`).
+    /// Rows in `table` (valid row ids are `0..table_rows`; ids are `u32`,
+    /// as the hash produces them: Engram tables have well under 2^32 rows).
     fn table_rows(&self, table: usize) -> u64;
 
     /// Bytes per delivered row of `table` (for split tables: values + scales).
@@ -79,13 +80,13 @@ pub trait RowSource: Send + Sync {
     fn read_rows_at(
         &self,
         table: usize,
-        rows: &[u64],
+        rows: &[u32],
         out: &mut [u8],
         priority: Priority,
     ) -> Result<BatchStats>;
 
     /// [`RowSource::read_rows_at`] at [`Priority::Demand`].
-    fn read_rows(&self, table: usize, rows: &[u64], out: &mut [u8]) -> Result<BatchStats> {
+    fn read_rows(&self, table: usize, rows: &[u32], out: &mut [u8]) -> Result<BatchStats> {
         self.read_rows_at(table, rows, out, Priority::Demand)
     }
 }
@@ -106,7 +107,7 @@ impl<S: RowSource + ?Sized> RowSource for Arc<S> {
     fn read_rows_at(
         &self,
         table: usize,
-        rows: &[u64],
+        rows: &[u32],
         out: &mut [u8],
         priority: Priority,
     ) -> Result<BatchStats> {

@@ -38,7 +38,7 @@ pub struct Request {
 
 impl Request {
     /// Validates `rows` against `spec` and groups them.
-    pub fn new(table: usize, spec: &TableSpec, rows: &[u64]) -> Result<Request> {
+    pub fn new(table: usize, spec: &TableSpec, rows: &[u32]) -> Result<Request> {
         if rows.len() > u32::MAX as usize {
             return Err(Error::InvalidArgument(format!(
                 "{} rows in one batch; at most {} allowed",
@@ -46,7 +46,7 @@ impl Request {
                 u32::MAX
             )));
         }
-        if let Some(&bad) = rows.iter().find(|&&r| r >= spec.rows) {
+        if let Some(&bad) = rows.iter().find(|&&r| u64::from(r) >= spec.rows) {
             return Err(Error::InvalidArgument(format!(
                 "row {bad} of table {table} is out of range (the table has {} rows)",
                 spec.rows
@@ -56,7 +56,7 @@ impl Request {
         order.sort_unstable_by_key(|&i| rows[i as usize]);
         let mut uniques: Vec<(u64, u32)> = Vec::new();
         for (pos, &i) in order.iter().enumerate() {
-            let row = rows[i as usize];
+            let row = u64::from(rows[i as usize]);
             if uniques.last().map(|&(r, _)| r) != Some(row) {
                 uniques.push((row, pos as u32));
             }

@@ -20,9 +20,9 @@ pub fn byte_of(seed: u64, row: u64, j: usize) -> u8 {
 }
 
 /// The expected delivered bytes of `rows`, in request order.
-pub fn expected(seed: u64, row_bytes: usize, rows: &[u64]) -> Vec<u8> {
+pub fn expected(seed: u64, row_bytes: usize, rows: &[u32]) -> Vec<u8> {
     rows.iter()
-        .flat_map(|&r| (0..row_bytes).map(move |j| byte_of(seed, r, j)))
+        .flat_map(|&r| (0..row_bytes).map(move |j| byte_of(seed, u64::from(r), j)))
         .collect()
 }
 
@@ -88,9 +88,9 @@ pub fn split_table(dir: &Path, seed: u64, rows: u64) -> TableLocation {
 
 /// A deterministic pseudo-random sequence of row ids below `rows`, with
 /// duplicates.
-pub fn random_rows(seed: u64, rows: u64, n: usize) -> Vec<u64> {
+pub fn random_rows(seed: u64, rows: u64, n: usize) -> Vec<u32> {
     let mut x = seed | 1;
-    let mut out: Vec<u64> = Vec::with_capacity(n);
+    let mut out: Vec<u32> = Vec::with_capacity(n);
     for i in 0..n {
         x ^= x << 13;
         x ^= x >> 7;
@@ -98,7 +98,7 @@ pub fn random_rows(seed: u64, rows: u64, n: usize) -> Vec<u64> {
         let id = if i % 7 == 3 {
             out[(x % i as u64) as usize]
         } else {
-            x % rows
+            (x % rows) as u32
         };
         out.push(id);
     }
