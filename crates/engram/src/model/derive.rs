@@ -81,3 +81,17 @@ pub fn layout(_params: &crate::layout::LayoutParams, _token_map: Vec<u32>) -> Re
         "deriving a layout needs the layout module (not merged yet)".into(),
     ))
 }
+
+/// The layout and parameters of preset `name` with every per-head size divided by `scale`.
+pub fn preset(_name: &str, _scale: u64) -> Result<(Layout, crate::layout::LayoutParams)> {
+    Err(Error::InvalidArgument(
+        "presets need the layout module (not merged yet)".into(),
+    ))
+}
+
+/// The vendored DeepSeek V4 `tokenizer.json`.
+pub fn vendored_tokenizer_json() -> Result<Vec<u8>> {
+    Err(Error::InvalidArgument(
+        "the vendored tokenizer needs the layout module (not merged yet)".into(),
+    ))
+}
