@@ -29,6 +29,14 @@ enum Command {
     Pack(commands::pack::Args),
 }
 
+/// Writes `text` and a newline to stdout. A closed pipe (`engram ... | head`)
+/// ends the output quietly instead of panicking like `println!`.
+pub fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

@@ -76,7 +76,7 @@ pub fn run(args: Args) -> engram::Result<()> {
         if let Some(n) = verified {
             doc["verified_rows"] = n.into();
         }
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        crate::emit(&serde_json::to_string_pretty(&doc).expect("JSON"));
         return Ok(());
     }
     print_human(&model, verified);
@@ -85,8 +85,12 @@ pub fn run(args: Args) -> engram::Result<()> {
 
 fn print_human(model: &Model, verified: Option<u64>) {
     let l = &model.layout;
-    println!("format   {} ({})", format_name(model.format), model.dialect);
-    println!(
+    crate::emit(&format!(
+        "format   {} ({})",
+        format_name(model.format),
+        model.dialect
+    ));
+    crate::emit(&format!(
         "layout   {} tables, n-grams 2..={}, {} heads, {} tokens -> {} compressed ids, pad {}",
         l.tables.len(),
         l.max_ngram_size,
@@ -94,10 +98,10 @@ fn print_human(model: &Model, verified: Option<u64>) {
         l.token_map.len(),
         l.compressed_vocab_size,
         l.pad_compressed_id
-    );
+    ));
     for (i, t) in model.tables.iter().enumerate() {
         let bytes = t.rows * t.full_row_bytes() as u64;
-        println!(
+        crate::emit(&format!(
             "table {i}  layer {:>3}  {:>12} rows  {}  {:.2} GiB  {} @ {}",
             t.layer_id,
             t.rows,
@@ -105,20 +109,20 @@ fn print_human(model: &Model, verified: Option<u64>) {
             bytes as f64 / (1u64 << 30) as f64,
             t.file.display(),
             t.offset
-        );
+        ));
         if let Some(s) = &t.scales {
-            println!(
+            crate::emit(&format!(
                 "          scales {} B/row  {} @ {}",
                 s.bytes_per_row,
                 s.file.display(),
                 s.offset
-            );
+            ));
         }
         let tl = &l.tables[i];
-        println!("          multipliers {:?}", tl.multipliers);
-        println!("          primes {:?}", tl.primes);
+        crate::emit(&format!("          multipliers {:?}", tl.multipliers));
+        crate::emit(&format!("          primes {:?}", tl.primes));
     }
     if let Some(n) = verified {
-        println!("verified {n} sampled rows: all decode");
+        crate::emit(&format!("verified {n} sampled rows: all decode"));
     }
 }

@@ -53,11 +53,11 @@ pub fn run(args: Args) -> engram::Result<()> {
             model.read_rows_f32(args.table, &args.ids, &mut values)?;
             let rows: Vec<&[f32]> = values.chunks_exact(ROW_DIM).collect();
             if args.json {
-                println!("{}", json!({ "rows": rows }));
+                crate::emit(&json!({ "rows": rows }).to_string());
             } else {
                 for (id, row) in args.ids.iter().zip(rows) {
                     let text: Vec<String> = row.iter().map(|v| v.to_string()).collect();
-                    println!("{id}: {}", text.join(" "));
+                    crate::emit(&format!("{id}: {}", text.join(" ")));
                 }
             }
         }
@@ -67,10 +67,10 @@ pub fn run(args: Args) -> engram::Result<()> {
             let width = model.table(args.table)?.full_row_bytes();
             let rows: Vec<String> = raw.chunks_exact(width).map(hex).collect();
             if args.json {
-                println!("{}", json!({ "rows": rows }));
+                crate::emit(&json!({ "rows": rows }).to_string());
             } else {
                 for (id, row) in args.ids.iter().zip(rows) {
-                    println!("{id}: {row}");
+                    crate::emit(&format!("{id}: {row}"));
                 }
             }
         }
