@@ -59,3 +59,23 @@ fn synthetic_rows_are_valid_and_seeded() {
         );
     }
 }
+
+/// Writes small seed inputs for the fuzz targets into `$ENGRAM_FUZZ_SEEDS`
+/// (run with `--ignored`): a tiny GGUF model in each encoding.
+#[test]
+#[ignore]
+fn write_fuzz_seeds() {
+    let Some(dir) = std::env::var_os("ENGRAM_FUZZ_SEEDS") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut layout = model_support::tiny_layout();
+    layout.tables = vec![
+        model_support::table(1, &[2, 3, 5, 7], &[3, 5, 7]),
+        model_support::table(5, &[11, 13, 17, 19], &[9, 11, 13]),
+    ];
+    for e in Encoding::ALL {
+        synth::write_gguf(&dir.join(format!("{e}.gguf")), &layout, e, 1, &NoProgress).unwrap();
+    }
+}

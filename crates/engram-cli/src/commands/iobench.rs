@@ -302,24 +302,27 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
     if json {
         let doc = serde_json::to_string_pretty(r)
             .map_err(|e| Error::InvalidArgument(format!("JSON output: {e}")))?;
-        println!("{doc}");
+        crate::emit(&doc);
         return Ok(());
     }
-    println!("backend {}  depth {}  cold {}", r.backend, r.depth, r.cold);
-    println!(
+    crate::emit(&format!(
+        "backend {}  depth {}  cold {}",
+        r.backend, r.depth, r.cold
+    ));
+    crate::emit(&format!(
         "single rows    {:>8}  p50 {:>9.1} us  p99 {:>9.1} us",
         r.single.rows, r.single.p50_us, r.single.p99_us
-    );
+    ));
     let d = &r.decode_batch;
-    println!(
+    crate::emit(&format!(
         "decode batches {:>8}  x{} rows  mean {:.1} us  p50 {:.1} us  p99 {:.1} us",
         d.batches, d.rows_per_batch, d.mean_us, d.p50_us, d.p99_us
-    );
+    ));
     let p = &r.prefill_batch;
-    println!(
+    crate::emit(&format!(
         "prefill batch  {} tokens  {} rows  {} unique  {:.3} s  {:.0} unique rows/s",
         p.tokens, p.rows, p.unique_rows, p.seconds, p.unique_rows_per_s
-    );
+    ));
     Ok(())
 }
 

@@ -1,83 +1,89 @@
-//! The bridge to the layout module: derivations a model reader needs when a
-//! file leaves part of the layout out, and layout validation.
+//! Adapters from model files to the layout module: what a reader derives
+//! when a file leaves part of the layout out, with layout errors re-labelled
+//! as format errors on the file and field they came from.
 
-use crate::layout::Layout;
+use std::path::Path;
+
+use crate::layout::{self, Layout, LayoutParams, TokenMap};
 use crate::{Error, Result};
 
-/// The token map of the vendored DeepSeek V4 tokenizer.
+/// The token map of the vendored DeepSeek V4 tokenizer (built once per process).
 pub fn vendored_token_map() -> Result<Vec<u32>> {
-    Err(Error::InvalidArgument(
-        "deriving the token map needs the layout module (not merged yet)".into(),
-    ))
+    Ok(TokenMap::vendored()?.map.to_vec())
 }
 
-/// Multipliers of `layer_ids` (flattened, table-major) for `seed`.
+/// Multipliers of the tables at `layer_ids` (flattened, table-major) for `seed`.
 pub fn multipliers(
-    _layer_ids: &[u32],
-    _max_ngram: usize,
-    _cvocab: u32,
-    _seed: u64,
+    layer_ids: &[u32],
+    max_ngram: usize,
+    cvocab: u32,
+    seed: u64,
 ) -> Result<Vec<u64>> {
-    Err(Error::InvalidArgument(
-        "deriving multipliers needs the layout module (not merged yet)".into(),
-    ))
+    let mut out = Vec::with_capacity(layer_ids.len() * max_ngram);
+    for &l in layer_ids {
+        out.extend(layout::derive_multipliers(seed, l, max_ngram, cvocab)?);
+    }
+    Ok(out)
 }
 
 /// Primes of `n_tables` tables (flattened) walking up from `vocab - 1`.
-pub fn primes(
-    _n_tables: usize,
-    _max_ngram: usize,
-    _n_heads: usize,
-    _vocab: u64,
-) -> Result<Vec<u32>> {
-    Err(Error::InvalidArgument(
-        "deriving primes needs the layout module (not merged yet)".into(),
-    ))
+pub fn primes(n_tables: usize, max_ngram: usize, n_heads: usize, vocab: u64) -> Result<Vec<u32>> {
+    Ok(
+        layout::primes::derive_primes(n_tables, max_ngram, n_heads, vocab)?
+            .into_iter()
+            .flatten()
+            .collect(),
+    )
 }
 
 /// Checks a layout's internal consistency.
 pub fn validate(layout: &Layout) -> Result<()> {
-    let cols = (layout.max_ngram_size - 1) * layout.n_heads;
-    for (i, t) in layout.tables.iter().enumerate() {
-        if t.primes.len() != cols || t.offsets.len() != cols {
-            return Err(Error::layout(
-                format!("tables[{i}].primes"),
-                "wrong column count",
-            ));
-        }
-        if t.multipliers.len() != layout.max_ngram_size || t.multipliers.iter().any(|m| m % 2 == 0)
-        {
-            return Err(Error::layout(
-                format!("tables[{i}].multipliers"),
-                "must be odd, one per position",
-            ));
-        }
-        if t.primes.contains(&0) || t.rows != t.primes.iter().map(|&p| u64::from(p)).sum::<u64>() {
-            return Err(Error::layout(
-                format!("tables[{i}].rows"),
-                "not the sum of the primes",
-            ));
-        }
-    }
-    if layout.pad_compressed_id >= layout.compressed_vocab_size {
-        return Err(Error::layout(
-            "pad_compressed_id",
-            "outside the compressed vocabulary",
-        ));
-    }
-    Ok(())
+    layout.validate()
 }
 
 /// The token map of a `tokenizer.json` document read from `path`.
-pub fn token_map_from_tokenizer_json(_path: &std::path::Path, _json: &[u8]) -> Result<Vec<u32>> {
-    Err(Error::InvalidArgument(
-        "deriving the token map needs the layout module (not merged yet)".into(),
+///
+/// A document byte-identical to the vendored DeepSeek V4 tokenizer (what
+/// DeepSeek checkpoints and synthetic models ship) reuses the process-wide
+/// vendored map instead of normalizing 129K tokens again: same bytes, same map.
+pub fn token_map_from_tokenizer_json(path: &Path, json: &[u8]) -> Result<TokenMap> {
+    if let Ok(vendored) = layout::vendored_tokenizer_json() {
+        if vendored == json {
+            return Ok(TokenMap::vendored()?.clone());
+        }
+    }
+    TokenMap::from_tokenizer_json(json, &path.display().to_string())
+}
+
+/// The layout derived from `params` (read from the config at `config`) and a
+/// token map; a layout error is reported on the config field it concerns.
+pub fn layout(config: &Path, params: &LayoutParams, token_map: &TokenMap) -> Result<Layout> {
+    Layout::derive(params, token_map).map_err(|e| match e {
+        Error::Layout { field, reason } => {
+            let field = match field.as_str() {
+                "layer_ids" => "engram_layer_ids".to_string(),
+                "max_ngram_size" => "engram_max_ngram_size".to_string(),
+                "n_heads" => "engram_n_heads".to_string(),
+                "head_dim" => "engram_head_dim".to_string(),
+                "engram_vocab_size" => "engram_vocab_size".to_string(),
+                "pad_token" => "engram_pad_id".to_string(),
+                other => other.to_string(),
+            };
+            Error::format(config, field, reason)
+        }
+        other => other,
+    })
+}
+
+/// The layout and parameters of preset `name` at `scale`.
+pub fn preset(name: &str, scale: u64) -> Result<(Layout, LayoutParams)> {
+    Ok((
+        layout::preset(name, scale)?,
+        layout::preset_params(name, scale)?,
     ))
 }
 
-/// The layout derived from `params` and a token map.
-pub fn layout(_params: &crate::layout::LayoutParams, _token_map: Vec<u32>) -> Result<Layout> {
-    Err(Error::InvalidArgument(
-        "deriving a layout needs the layout module (not merged yet)".into(),
-    ))
+/// The vendored DeepSeek V4 `tokenizer.json`.
+pub fn vendored_tokenizer_json() -> Result<Vec<u8>> {
+    layout::vendored_tokenizer_json()
 }

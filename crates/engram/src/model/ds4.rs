@@ -499,8 +499,11 @@ fn assemble(
         .iter()
         .zip(primes.chunks(cols))
         .zip(multipliers.chunks(shape.max_ngram_size))
-        .map(|((&layer_id, p), m)| table_layout(layer_id, p, m))
-        .collect::<Vec<_>>();
+        .map(|((&layer_id, p), m)| {
+            TableLayout::from_primes(layer_id, p.to_vec(), m.to_vec())
+                .map_err(|e| meta.bad("primes", e.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
     check_rows_and_offsets(meta, &tables)?;
     Ok(Layout {
         max_ngram_size: shape.max_ngram_size,
@@ -511,23 +514,6 @@ fn assemble(
         pad_compressed_id,
         tables,
     })
-}
-
-/// A table's layout from its primes (offsets are their running sums).
-pub(crate) fn table_layout(layer_id: u32, primes: &[u32], multipliers: &[u64]) -> TableLayout {
-    let mut offsets = Vec::with_capacity(primes.len());
-    let mut sum = 0u64;
-    for &p in primes {
-        offsets.push(u32::try_from(sum).unwrap_or(u32::MAX));
-        sum += u64::from(p);
-    }
-    TableLayout {
-        layer_id,
-        primes: primes.to_vec(),
-        offsets,
-        rows: sum,
-        multipliers: multipliers.to_vec(),
-    }
 }
 
 /// The optional `rows` / `num_embeddings` and `offsets` keys must agree with the primes.

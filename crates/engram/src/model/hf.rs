@@ -251,9 +251,9 @@ pub fn open(dir: &Path) -> Result<Model> {
     let tok = read_bounded(&tok_path, MAX_TOKENIZER_FILE)?;
     let token_map = super::derive::token_map_from_tokenizer_json(&tok_path, &tok)?;
     if let Some(vocab) = config.vocab_size {
-        super::checks::token_map_len(&tok_path, "model.vocab", token_map.len(), vocab)?;
+        super::checks::token_map_len(&config_path, "vocab_size", token_map.len(), vocab)?;
     }
-    let layout = super::derive::layout(&config.params, token_map)?;
+    let layout = super::derive::layout(&config_path, &config.params, &token_map)?;
     check_config_against_layout(&config_path, &config, &layout)?;
     let shards = Shards::discover(dir)?;
     let mut tables = Vec::with_capacity(layout.tables.len());

@@ -62,6 +62,8 @@ impl TempFile {
     /// Renames the file to its final path (replacing any file there).
     pub fn persist(self) -> Result<()> {
         let path = self.path;
+        // Temporary files are created private (0600); a model is not secret.
+        set_mode(self.temp.path(), 0o644)?;
         self.temp
             .persist(&path)
             .map_err(|e| Error::io(&path, e.error))?;
@@ -122,6 +124,7 @@ impl TempDir {
             std::fs::remove_dir(&self.path).map_err(|e| Error::io(&self.path, e))?;
         }
         let kept = temp.keep();
+        set_mode(&kept, 0o755)?;
         std::fs::rename(&kept, &self.path).map_err(|e| {
             let _ = std::fs::remove_dir_all(&kept);
             Error::io(&self.path, e)
@@ -135,4 +138,10 @@ fn is_empty_dir(path: &Path) -> Result<bool> {
     }
     let mut entries = std::fs::read_dir(path).map_err(|e| Error::io(path, e))?;
     Ok(entries.next().is_none())
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(path, e))
 }
