@@ -48,7 +48,7 @@ fn iobench_json_has_the_documented_shape() {
         let o = engram(&[
             "iobench",
             "--model",
-            &model,
+            model,
             "--backend",
             backend,
             "--depth",
@@ -114,7 +114,7 @@ fn iobench_errors_name_what_was_wrong() {
     let o = engram(&[
         "iobench",
         "--model",
-        &model,
+        model,
         "--text",
         text.to_str().unwrap(),
     ]);
