@@ -3,8 +3,10 @@
 //! table) and a prefill batch (the rows of 2,048 consecutive tokens of real
 //! text, through the real hash).
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use engram::hash::Hasher;
@@ -41,6 +43,14 @@ pub struct IobenchArgs {
     /// Bypass the page cache on every read (O_DIRECT / F_NOCACHE).
     #[arg(long)]
     pub direct: bool,
+    /// Bound on the bounce memory of one batch, in MiB (larger batches are
+    /// read in sub-batches).
+    #[arg(long, default_value_t = 16)]
+    pub max_batch_mib: usize,
+    /// Times the prefill batch is read (evicted before each with --cold);
+    /// the run with the median time is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
     /// Single-row reads to time.
     #[arg(long, default_value_t = 2000)]
     pub singles: usize,
@@ -101,6 +111,7 @@ pub fn run(args: &IobenchArgs) -> Result<()> {
         backend,
         depth: args.depth,
         direct: args.direct,
+        max_batch_bytes: args.max_batch_mib.saturating_mul(1 << 20),
         ..IoConfig::default()
     };
     let opened = open_source(&model.tables, &config)?;
@@ -119,13 +130,14 @@ pub fn run(args: &IobenchArgs) -> Result<()> {
     let prefill_ids = prefill_rows(&model, args.table, &text)?;
     let mut rng = SplitMix(args.seed);
     let bench = Bench {
-        source: source.as_ref(),
+        source: RefCell::new(Some(source)),
         tables: &model.tables,
+        config,
         cold: args.cold,
     };
     let single = bench.singles(args.singles, &mut rng)?;
     let decode_batch = bench.decode_batches(args.batches, &mut rng)?;
-    let prefill_batch = bench.prefill(args.table, &prefill_ids)?;
+    let prefill_batch = bench.prefill(args.table, &prefill_ids, args.repeats)?;
     let report = Report {
         backend: opened.backend.name().to_string(),
         depth: args.depth,
@@ -188,12 +200,30 @@ fn prefill_rows(model: &Model, table: usize, text: &str) -> Result<Vec<u32>> {
 }
 
 struct Bench<'a> {
-    source: &'a dyn RowSource,
+    source: RefCell<Option<Arc<dyn RowSource>>>,
     tables: &'a [TableLocation],
+    config: IoConfig,
     cold: bool,
 }
 
 impl Bench<'_> {
+    /// The source for the next phase. With `--cold`: the previous source
+    /// is closed first (pages an mmap source has mapped survive eviction),
+    /// the files are evicted, and a new source is opened.
+    fn prepare(&self) -> Result<Arc<dyn RowSource>> {
+        let mut slot = self.source.borrow_mut();
+        if self.cold {
+            slot.take();
+            self.maybe_evict()?;
+        }
+        let source = match slot.take() {
+            Some(source) => source,
+            None => open_source(self.tables, &self.config)?.source,
+        };
+        *slot = Some(source.clone());
+        Ok(source)
+    }
+
     /// Evicts every table file when `--cold`.
     fn maybe_evict(&self) -> Result<()> {
         if !self.cold {
@@ -217,16 +247,16 @@ impl Bench<'_> {
     }
 
     fn singles(&self, n: usize, rng: &mut SplitMix) -> Result<SingleReport> {
-        self.maybe_evict()?;
+        let source = self.prepare()?;
         eprintln!("iobench: {n} single-row reads ...");
         let mut times = Vec::with_capacity(n);
         let mut out = Vec::new();
         for _ in 0..n {
-            let table = rng.below(self.source.tables() as u64) as usize;
-            let row = rng.below(self.source.table_rows(table)) as u32;
-            out.resize(self.source.row_bytes(table), 0);
+            let table = rng.below(source.tables() as u64) as usize;
+            let row = rng.below(source.table_rows(table)) as u32;
+            out.resize(source.row_bytes(table), 0);
             let started = Instant::now();
-            self.source.read_rows(table, &[row], &mut out)?;
+            source.read_rows(table, &[row], &mut out)?;
             times.push(started.elapsed().as_nanos() as u64);
         }
         let h = latency_histogram(&times);
@@ -238,19 +268,19 @@ impl Bench<'_> {
     }
 
     fn decode_batches(&self, n: usize, rng: &mut SplitMix) -> Result<DecodeReport> {
-        self.maybe_evict()?;
+        let source = self.prepare()?;
         eprintln!("iobench: {n} decode batches of {ROWS_PER_DECODE_BATCH} rows ...");
         let mut times = Vec::with_capacity(n);
         let mut out = Vec::new();
         for b in 0..n {
-            let table = b % self.source.tables();
-            let rows = self.source.table_rows(table);
+            let table = b % source.tables();
+            let rows = source.table_rows(table);
             let ids: Vec<u32> = (0..ROWS_PER_DECODE_BATCH)
                 .map(|_| rng.below(rows) as u32)
                 .collect();
-            out.resize(ids.len() * self.source.row_bytes(table), 0);
+            out.resize(ids.len() * source.row_bytes(table), 0);
             let started = Instant::now();
-            self.source.read_rows(table, &ids, &mut out)?;
+            source.read_rows(table, &ids, &mut out)?;
             times.push(started.elapsed().as_nanos() as u64);
         }
         let h = latency_histogram(&times);
@@ -264,28 +294,35 @@ impl Bench<'_> {
         })
     }
 
-    fn prefill(&self, table: usize, ids: &[u32]) -> Result<PrefillReport> {
-        self.maybe_evict()?;
-        eprintln!(
-            "iobench: prefill batch: {} rows of table {table} ...",
-            ids.len()
-        );
-        let mut out = vec![0u8; ids.len() * self.source.row_bytes(table)];
-        let started = Instant::now();
-        let stats = self.source.read_rows(table, ids, &mut out)?;
-        let seconds = started.elapsed().as_secs_f64();
-        eprintln!(
-            "iobench: prefill: {} unique rows in {} reads, {} MiB",
-            stats.rows_unique,
-            stats.reads_issued,
-            stats.bytes_read >> 20
-        );
+    fn prefill(&self, table: usize, ids: &[u32], repeats: usize) -> Result<PrefillReport> {
+        let mut runs = Vec::with_capacity(repeats.max(1));
+        for run in 0..repeats.max(1) {
+            let source = self.prepare()?;
+            eprintln!(
+                "iobench: prefill batch {}: {} rows of table {table} ...",
+                run + 1,
+                ids.len()
+            );
+            let mut out = vec![0u8; ids.len() * source.row_bytes(table)];
+            let started = Instant::now();
+            let stats = source.read_rows(table, ids, &mut out)?;
+            let seconds = started.elapsed().as_secs_f64();
+            eprintln!(
+                "iobench: {} unique rows in {} reads ({} MiB) in {seconds:.3} s",
+                stats.rows_unique,
+                stats.reads_issued,
+                stats.bytes_read >> 20
+            );
+            runs.push((seconds, stats.rows_unique));
+        }
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (seconds, unique) = runs[runs.len() / 2];
         Ok(PrefillReport {
             tokens: PREFILL_TOKENS,
             rows: ids.len(),
-            unique_rows: stats.rows_unique,
-            seconds,
-            unique_rows_per_s: (stats.rows_unique as f64 / seconds).round(),
+            unique_rows: unique,
+            seconds: (seconds * 1e6).round() / 1e6,
+            unique_rows_per_s: (unique as f64 / seconds).round(),
         })
     }
 }

@@ -252,10 +252,15 @@ impl BounceBuf {
         let layout = Layout::from_size_align(len, PAGE as usize)
             .map_err(|e| Error::InvalidArgument(format!("bounce buffer of {len} bytes: {e}")))?;
         // SAFETY: layout has a non-zero size.
-        let ptr = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = unsafe { alloc::alloc(layout) };
         if ptr.is_null() {
             alloc::handle_alloc_error(layout);
         }
+        // Writing (rather than alloc_zeroed's lazily mapped zero pages)
+        // faults every page in now, not one by one inside the direct-I/O
+        // read syscalls of the first batch.
+        // SAFETY: ptr is valid for len bytes.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
         Ok(BounceBuf { ptr, len })
     }
 
