@@ -212,10 +212,23 @@ fn two_tables_read_concurrently_share_one_source() {
 fn auto_picks_a_working_backend() {
     let dir = tempfile::tempdir().unwrap();
     let t = packed_table(dir.path(), "t.bin", 8, 100, 0, 0);
-    let opened = open_source(&[t], &IoConfig::default()).unwrap();
-    assert_ne!(opened.backend, Backend::Auto);
-    if opened.backend == Backend::Psync {
-        assert!(opened.note.is_some(), "a fallback must say why");
+    // Buffered: the pread pool everywhere, no note.
+    let opened = open_source(std::slice::from_ref(&t), &IoConfig::default()).unwrap();
+    assert_eq!(
+        (opened.backend, opened.note.is_none()),
+        (Backend::Psync, true)
+    );
+    // Direct: io_uring on Linux when the kernel allows it, else the pool
+    // with a note saying why.
+    let config = IoConfig {
+        direct: true,
+        ..IoConfig::default()
+    };
+    let opened = open_source(std::slice::from_ref(&t), &config).unwrap();
+    match opened.backend {
+        Backend::Uring => assert!(cfg!(target_os = "linux")),
+        Backend::Psync => assert!(!cfg!(target_os = "linux") || opened.note.is_some()),
+        other => panic!("auto chose {other:?}"),
     }
     let mut out = vec![0u8; 264];
     opened.source.read_rows(0, &[99], &mut out).unwrap();

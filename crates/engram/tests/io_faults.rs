@@ -209,3 +209,52 @@ fn external_truncation_while_reading_each_backend() {
         }
     }
 }
+
+/// Hint batches take a bounded share of the pool: a demand batch issued
+/// while a long hint batch runs finishes long before it.
+#[test]
+fn demand_reads_overtake_a_running_hint_batch() {
+    use engram::io::Priority;
+    use std::time::Instant;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = FaultPlan {
+        latency: Some(Duration::from_millis(3)),
+        ..FaultPlan::default()
+    };
+    let t = packed_table(dir.path(), "t.bin", 23, ROWS, BASE, 0);
+    let cfg = IoConfig {
+        depth: 8,
+        ..config(false)
+    };
+    let source = Arc::new(FaultSource::open(std::slice::from_ref(&t), &cfg, plan).unwrap());
+    let (hint_done, demand_done) = within(60, move || {
+        let hinter = {
+            let source = source.clone();
+            std::thread::spawn(move || {
+                // 300 rows far apart: 300 reads of 3 ms, at most 2 + 1 at once.
+                let ids: Vec<u32> = (0..300u32).map(|i| i * 13).collect();
+                let mut out = vec![0u8; ids.len() * 264];
+                let started = Instant::now();
+                source
+                    .read_rows_at(0, &ids, &mut out, Priority::Hint)
+                    .unwrap();
+                assert!(out == expected(23, 264, &ids));
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(30));
+        let ids: Vec<u32> = (0..12u32).map(|i| 3999 - i * 17).collect();
+        let mut out = vec![0u8; ids.len() * 264];
+        let started = Instant::now();
+        source.read_rows(0, &ids, &mut out).unwrap();
+        let demand = started.elapsed();
+        assert!(out == expected(23, 264, &ids));
+        (hinter.join().unwrap(), demand)
+    });
+    // 12 demand reads on >= 6 free workers: about 2 rounds of 3 ms; the hint
+    // batch needs about 100 rounds.
+    assert!(
+        demand_done * 5 < hint_done,
+        "demand {demand_done:?} vs hint {hint_done:?}"
+    );
+}

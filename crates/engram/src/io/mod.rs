@@ -118,8 +118,8 @@ impl<S: RowSource + ?Sized> RowSource for Arc<S> {
 /// Which backend to read with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {
-    /// The platform's best: io_uring on Linux when the kernel allows it,
-    /// else the pread pool.
+    /// The platform's best: io_uring for direct I/O on Linux when the kernel
+    /// allows it, else the pread pool.
     #[default]
     Auto,
     /// Persistent pread thread pool.
@@ -222,9 +222,9 @@ pub struct Opened {
 
 /// Opens a row source over `tables` with the configured backend.
 ///
-/// `Backend::Auto` is io_uring on Linux when a ring can be set up (seccomp
-/// or `io_uring_disabled` can forbid it), else the pread pool; on macOS the
-/// pread pool.
+/// `Backend::Auto` is io_uring for direct I/O on Linux when a ring can be
+/// set up (seccomp or `io_uring_disabled` can forbid it; the fallback comes
+/// with a note), else the pread pool; on macOS the pread pool.
 pub fn open_source(tables: &[TableLocation], config: &IoConfig) -> Result<Opened> {
     config.validate()?;
     let files = Arc::new(files::TableFiles::open(tables, config)?);
@@ -239,14 +239,28 @@ pub fn open_source(tables: &[TableLocation], config: &IoConfig) -> Result<Opened
             ))
         }
         Backend::Uring => open_uring(files, config).map(|s| opened(s, Backend::Uring, None)),
-        Backend::Auto => match open_uring(files.clone(), config) {
-            Ok(s) => Ok(opened(s, Backend::Uring, None)),
-            Err(e) => Ok(opened(
-                psync_source(files, config)?,
-                Backend::Psync,
-                Some(format!("io_uring unavailable ({e}); using the pread pool")),
-            )),
-        },
+        Backend::Auto => auto_source(files, config),
+    }
+}
+
+/// The automatic choice: io_uring for direct I/O on Linux when the kernel
+/// lets us set up a ring, else the pread pool.
+///
+/// Buffered reads stay on the pread pool even on Linux: a buffered
+/// io_uring read that misses the page cache is handed to the kernel's
+/// io-wq worker threads, which measured slower than our own pool on a
+/// cold 11.8 GiB table (see the `iobench` notes in `docs/iobench.md`).
+fn auto_source(files: Arc<files::TableFiles>, config: &IoConfig) -> Result<Opened> {
+    if !cfg!(target_os = "linux") || !config.direct {
+        return Ok(opened(psync_source(files, config)?, Backend::Psync, None));
+    }
+    match open_uring(files.clone(), config) {
+        Ok(s) => Ok(opened(s, Backend::Uring, None)),
+        Err(e) => Ok(opened(
+            psync_source(files, config)?,
+            Backend::Psync,
+            Some(format!("io_uring unavailable ({e}); using the pread pool")),
+        )),
     }
 }
 
