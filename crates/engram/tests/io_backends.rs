@@ -225,9 +225,10 @@ fn auto_picks_a_working_backend() {
         ..IoConfig::default()
     };
     let opened = open_source(std::slice::from_ref(&t), &config).unwrap();
+    let linux = cfg!(target_os = "linux");
     match opened.backend {
-        Backend::Uring => assert!(cfg!(target_os = "linux")),
-        Backend::Psync => assert!(!cfg!(target_os = "linux") || opened.note.is_some()),
+        Backend::Uring => assert!(linux),
+        Backend::Psync => assert!(!linux || opened.note.is_some()),
         other => panic!("auto chose {other:?}"),
     }
     let mut out = vec![0u8; 264];
