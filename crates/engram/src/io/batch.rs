@@ -2,6 +2,7 @@
 //! bounce buffers and the scatter back into request order.
 
 use std::alloc::{self, Layout};
+use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -20,27 +21,57 @@ pub struct OpError {
     pub error: io::Error,
 }
 
+/// What an engine hands back for a submitted list of reads.
+#[derive(Debug)]
+pub struct Completed {
+    /// The bounce buffer, filled; `None` when the engine had to leak it
+    /// (a broken io_uring may still write into it).
+    pub buf: Option<BounceBuf>,
+    /// Latency of each read issued, in nanoseconds.
+    pub latencies_ns: Vec<u64>,
+    /// The first failed read, if any (later reads may have been skipped).
+    pub failure: Option<OpError>,
+}
+
+/// Reads in progress; [`Pending::wait`] blocks until they are done.
+///
+/// The engine owns the bounce buffer while reads are in flight, so dropping
+/// a `Pending` without waiting is safe: the reads finish (or fail) in the
+/// background and the engine frees the buffer.
+pub struct Pending(Box<dyn FnOnce() -> Completed + Send>);
+
+impl Pending {
+    /// Wraps the function that waits for the reads.
+    pub fn new(wait: impl FnOnce() -> Completed + Send + 'static) -> Pending {
+        Pending(Box::new(wait))
+    }
+
+    /// Reads that are already done.
+    pub fn ready(done: Completed) -> Pending {
+        Pending::new(move || done)
+    }
+
+    /// Blocks until every read is done and returns the buffer and results.
+    pub fn wait(self) -> Completed {
+        (self.0)()
+    }
+}
+
 /// How reads are carried out: the only part that differs between backends.
 ///
-/// `execute` reads every op into its range of `buf` (ranges are disjoint and
-/// increasing; engines check this with [`plan::check_ops`]) and returns only
-/// once no read touches `buf` any more, also on failure. The one exception:
-/// an engine that loses track of reads the kernel still holds (a broken
-/// io_uring) calls [`BounceBuf::leak`] so the memory is never reused. A read
-/// succeeds once `need` bytes arrived; short reads are continued.
+/// `submit` takes ownership of `buf` and reads every op into its range of
+/// it (ranges are disjoint and increasing; engines check this with
+/// [`plan::check_ops`]). A read succeeds once `need` bytes arrived; short
+/// reads are continued. Taking the buffer by value lets a source keep two
+/// sub-batches in flight (the queue stays full across their boundary)
+/// without any borrow outliving a call.
 pub trait ReadEngine: Send + Sync {
     /// Backend name.
     fn name(&self) -> &'static str;
     /// Reads in flight at once.
     fn depth(&self) -> usize;
-    /// Carries out `ops`, appending one latency (ns) per read issued.
-    fn execute(
-        &self,
-        ops: &[ReadOp],
-        buf: &mut BounceBuf,
-        priority: Priority,
-        latencies_ns: &mut Vec<u64>,
-    ) -> std::result::Result<(), OpError>;
+    /// Starts `ops` into `buf` at `priority`.
+    fn submit(&self, ops: Vec<ReadOp>, buf: BounceBuf, priority: Priority) -> Pending;
 }
 
 /// A [`RowSource`] over a set of table files, reading with engine `E`.
@@ -66,7 +97,8 @@ impl<E: ReadEngine> BatchSource<E> {
         let limits = PlanLimits {
             align: files.direct,
             max_read: config.max_read_bytes,
-            max_batch: config.max_batch_bytes,
+            // Two sub-batches are in flight at once.
+            max_batch: (config.max_batch_bytes / 2).max(config.max_read_bytes),
         };
         BatchSource {
             files,
@@ -95,26 +127,37 @@ impl<E: ReadEngine> BatchSource<E> {
         })
     }
 
-    fn run_sub_batch(
+    /// Plans the sub-batch at `first` and submits it.
+    fn start_sub_batch(
+        &self,
+        spec: &TableSpec,
+        request: &Request,
+        first: usize,
+        priority: Priority,
+    ) -> Result<(SubBatch, Pending)> {
+        let batch = plan::sub_batch(spec, request, first, self.limits);
+        let buf = self.take_buffer(batch.buf_len)?;
+        let pending = self.engine.submit(batch.ops.clone(), buf, priority);
+        Ok((batch, pending))
+    }
+
+    /// Waits for a submitted sub-batch and scatters its rows into `out`.
+    fn finish_sub_batch(
         &self,
         table: usize,
         request: &Request,
         batch: &SubBatch,
+        pending: Pending,
         out: &mut [u8],
-        priority: Priority,
         stats: &mut BatchStats,
     ) -> Result<()> {
         let spec = &self.files.tables[table];
-        let mut bounce = self.take_buffer(batch.buf_len)?;
-        let issued_before = stats.read_latencies_ns.len();
-        let result = self.engine.execute(
-            &batch.ops,
-            &mut bounce,
-            priority,
-            &mut stats.read_latencies_ns,
-        );
-        stats.reads_issued += (stats.read_latencies_ns.len() - issued_before) as u64;
-        if let Err(OpError { op, error }) = result {
+        let done = pending.wait();
+        stats.reads_issued += done.latencies_ns.len() as u64;
+        stats
+            .read_latencies_ns
+            .extend_from_slice(&done.latencies_ns);
+        if let Some(OpError { op, error }) = done.failure {
             let (row, file, offset) = plan::row_of_op(&self.files, spec, request, batch, op);
             return Err(Error::RowRead {
                 table,
@@ -124,6 +167,14 @@ impl<E: ReadEngine> BatchSource<E> {
                 source: error,
             });
         }
+        let Some(bounce) = done.buf else {
+            return Err(Error::Io {
+                path: self.files.files[0].path.clone(),
+                source: io::Error::other(
+                    "the I/O engine lost its buffer without reporting an error",
+                ),
+            });
+        };
         stats.bytes_read += batch.ops.iter().map(|op| op.len as u64).sum::<u64>();
         scatter(spec, request, batch, bounce.as_slice(), out);
         self.return_buffer(bounce);
@@ -212,11 +263,21 @@ impl<E: ReadEngine> RowSource for BatchSource<E> {
             rows_unique: request.unique_rows() as u64,
             ..BatchStats::default()
         };
+        // Two sub-batches in flight: the next is queued before the current
+        // is waited for, so the device queue does not drain at each
+        // boundary. Each holds at most half the configured bounce memory.
+        let mut in_flight: VecDeque<(SubBatch, Pending)> = VecDeque::with_capacity(2);
         let mut first = 0;
-        while first < request.unique_rows() {
-            let batch = plan::sub_batch(spec, &request, first, self.limits);
-            self.run_sub_batch(table, &request, &batch, out, priority, &mut stats)?;
-            first += batch.count;
+        loop {
+            while in_flight.len() < 2 && first < request.unique_rows() {
+                let (batch, pending) = self.start_sub_batch(spec, &request, first, priority)?;
+                first += batch.count;
+                in_flight.push_back((batch, pending));
+            }
+            let Some((batch, pending)) = in_flight.pop_front() else {
+                break;
+            };
+            self.finish_sub_batch(table, &request, &batch, pending, out, &mut stats)?;
         }
         stats.elapsed = started.elapsed();
         Ok(stats)
@@ -235,6 +296,7 @@ pub fn check_out_len(table: usize, rows: usize, row_bytes: usize, out_len: usize
 }
 
 /// A zeroed, page-aligned bounce buffer (`O_DIRECT` needs aligned memory).
+#[derive(Debug)]
 pub struct BounceBuf {
     ptr: *mut u8,
     len: usize,
@@ -289,10 +351,15 @@ impl BounceBuf {
 
 impl BounceBuf {
     /// Gives up the allocation without freeing it (the kernel may still
-    /// write into it) and leaves an empty buffer behind.
-    pub fn leak(&mut self) {
-        self.ptr = std::ptr::NonNull::dangling().as_ptr();
-        self.len = 0;
+    /// write into it).
+    pub fn leak(self) {
+        std::mem::forget(self);
+    }
+
+    /// Base pointer, for engines that hand ranges to other threads or the
+    /// kernel while they own the buffer.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
     }
 }
 
@@ -312,6 +379,8 @@ impl Drop for BounceBuf {
 
 // SAFETY: BounceBuf owns its allocation like a Vec<u8>.
 unsafe impl Send for BounceBuf {}
+// SAFETY: shared access only reads, like &Vec<u8>.
+unsafe impl Sync for BounceBuf {}
 
 /// Reads `op` through a positional reader into `buf` (exactly the op's
 /// range), continuing short reads and retrying `EINTR`/`EAGAIN`.

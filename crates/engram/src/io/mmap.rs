@@ -11,11 +11,11 @@ use std::time::Instant;
 
 use memmap2::{Advice, Mmap};
 
-use super::batch::{eof_error, BounceBuf, OpError, ReadEngine};
+use super::batch::{eof_error, BounceBuf, Completed, OpError, Pending, ReadEngine};
 use super::files::TableFiles;
 use super::plan::{check_ops, ReadOp};
 use super::Priority;
-use crate::{Error, Result};
+use crate::Error;
 
 /// Copies rows out of read-only mappings of the table files.
 pub struct MmapEngine {
@@ -25,7 +25,7 @@ pub struct MmapEngine {
 impl MmapEngine {
     /// Maps every file of `files`; with `advise_random`, `MADV_RANDOM`
     /// turns off fault-around read-ahead.
-    pub fn new(files: &TableFiles, advise_random: bool) -> Result<MmapEngine> {
+    pub fn new(files: &TableFiles, advise_random: bool) -> crate::Result<MmapEngine> {
         let mut maps = Vec::with_capacity(files.files.len());
         for f in &files.files {
             // SAFETY: the mapping is read-only; a concurrent truncation
@@ -50,14 +50,27 @@ impl ReadEngine for MmapEngine {
         1
     }
 
-    fn execute(
+    fn submit(&self, ops: Vec<ReadOp>, mut buf: BounceBuf, _priority: Priority) -> Pending {
+        let mut latencies_ns = Vec::with_capacity(ops.len());
+        let failure = self
+            .copy_out(&ops, buf.as_mut_slice(), &mut latencies_ns)
+            .err();
+        Pending::ready(Completed {
+            buf: Some(buf),
+            latencies_ns,
+            failure,
+        })
+    }
+}
+
+impl MmapEngine {
+    /// Copies every read out of the mappings, faulting pages in on the way.
+    fn copy_out(
         &self,
         ops: &[ReadOp],
-        buf: &mut BounceBuf,
-        _priority: Priority,
+        buf: &mut [u8],
         latencies_ns: &mut Vec<u64>,
-    ) -> std::result::Result<(), OpError> {
-        let buf = buf.as_mut_slice();
+    ) -> Result<(), OpError> {
         check_ops(ops, buf.len()).map_err(|error| OpError { op: 0, error })?;
         for (i, op) in ops.iter().enumerate() {
             let started = Instant::now();

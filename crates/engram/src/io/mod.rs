@@ -170,8 +170,8 @@ pub struct IoConfig {
     /// Tell the kernel access is random (`POSIX_FADV_RANDOM`, `MADV_RANDOM`)
     /// so it does not read ahead around each row.
     pub advise_random: bool,
-    /// Upper bound on the bounce memory of one batch; larger batches are
-    /// processed in sub-batches of about this size.
+    /// Upper bound on the bounce memory of one batch call; larger batches
+    /// are processed as a pipeline of two sub-batches of half this size.
     pub max_batch_bytes: usize,
     /// Largest single read; longer coalesced runs are split.
     pub max_read_bytes: usize,
@@ -199,9 +199,9 @@ impl IoConfig {
                 self.depth
             )));
         }
-        if self.max_read_bytes < PAGE as usize || self.max_batch_bytes < self.max_read_bytes {
+        if self.max_read_bytes < PAGE as usize || self.max_batch_bytes < 2 * self.max_read_bytes {
             return Err(Error::InvalidArgument(format!(
-                "max_read_bytes {} must be >= {PAGE} and <= max_batch_bytes {}",
+                "max_read_bytes {} must be >= {PAGE} and at most half of max_batch_bytes {}",
                 self.max_read_bytes, self.max_batch_bytes
             )));
         }

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use crossbeam_channel::{select, Receiver, Sender};
 
-use super::batch::{read_op_positional, BounceBuf, OpError, ReadEngine};
+use super::batch::{read_op_positional, BounceBuf, Completed, OpError, Pending, ReadEngine};
 use super::files::PositionalRead;
 use super::plan::{check_ops, ReadOp};
 use super::Priority;
@@ -25,9 +25,12 @@ use super::Priority;
 /// Shared state of one batch while workers read it.
 struct Job {
     ops: Vec<ReadOp>,
-    /// Base of the caller's bounce buffer; read `i` writes only
+    /// Base of `owned`'s memory; read `i` writes only
     /// `buf[ops[i].buf_off..][..ops[i].len]`, ranges checked disjoint.
     buf: *mut u8,
+    /// The bounce buffer, owned by the job until the submitter takes it
+    /// back after the last read (or freed with the job if nobody waits).
+    owned: Mutex<Option<BounceBuf>>,
     direct: bool,
     next: AtomicUsize,
     done: AtomicUsize,
@@ -38,9 +41,9 @@ struct Job {
     wake: Condvar,
 }
 
-// SAFETY: `buf` is only dereferenced for ranges claimed through `next`
-// (each claimed by exactly one worker), and the submitting thread does not
-// touch the buffer until every read is done (see `PsyncEngine::execute`).
+// SAFETY: `buf` points into `owned`, which lives as long as the job and is
+// taken out only after every read is done; it is only dereferenced for
+// ranges claimed through `next`, each claimed by exactly one thread.
 unsafe impl Send for Job {}
 // SAFETY: as above; all other fields are Sync.
 unsafe impl Sync for Job {}
@@ -187,26 +190,31 @@ impl ReadEngine for PsyncEngine {
         self.depth
     }
 
-    fn execute(
-        &self,
-        ops: &[ReadOp],
-        buf: &mut BounceBuf,
-        priority: Priority,
-        latencies_ns: &mut Vec<u64>,
-    ) -> Result<(), OpError> {
-        let buf = buf.as_mut_slice();
+    fn submit(&self, ops: Vec<ReadOp>, mut buf: BounceBuf, priority: Priority) -> Pending {
         if ops.is_empty() {
-            return Ok(());
+            return Pending::ready(Completed {
+                buf: Some(buf),
+                latencies_ns: Vec::new(),
+                failure: None,
+            });
         }
-        check_ops(ops, buf.len()).map_err(|error| OpError { op: 0, error })?;
+        if let Err(error) = check_ops(&ops, buf.len()) {
+            return Pending::ready(Completed {
+                buf: Some(buf),
+                latencies_ns: Vec::new(),
+                failure: Some(OpError { op: 0, error }),
+            });
+        }
+        let n = ops.len();
         let job = Arc::new(Job {
-            ops: ops.to_vec(),
+            ops,
             buf: buf.as_mut_ptr(),
+            owned: Mutex::new(Some(buf)),
             direct: self.direct,
             next: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
             abort: AtomicBool::new(false),
-            latencies: (0..ops.len()).map(|_| AtomicU64::new(0)).collect(),
+            latencies: (0..n).map(|_| AtomicU64::new(0)).collect(),
             failure: Mutex::new(None),
             finished: Mutex::new(false),
             wake: Condvar::new(),
@@ -215,29 +223,35 @@ impl ReadEngine for PsyncEngine {
             Priority::Demand => (&self.demand, self.depth),
             Priority::Hint => (&self.hint, (self.depth / 4).max(1)),
         };
-        let queue = queue.as_ref().ok_or_else(|| OpError {
-            op: 0,
-            error: std::io::Error::other("pread pool shut down"),
-        })?;
-        for _ in 0..helpers.min(ops.len()) {
-            if queue.send(job.clone()).is_err() {
-                break;
+        if let Some(queue) = queue {
+            for _ in 0..helpers.min(n) {
+                if queue.send(job.clone()).is_err() {
+                    break;
+                }
             }
         }
-        // The submitting thread works on its own batch too: it would only
-        // block otherwise, and this keeps a batch moving even if every
-        // worker is busy with another table's batch.
-        job.work(&self.files, &|| false);
-        job.wait();
-        // Reads skipped after a failure have no latency (0) and were not issued.
-        latencies_ns.extend(
-            job.latencies
+        let files = self.files.clone();
+        Pending::new(move || {
+            // The waiting thread works on its own batch too: it would only
+            // block otherwise, and this keeps a batch moving even when every
+            // worker is busy with another table's batch (or the pool is gone).
+            job.work(&files, &|| false);
+            job.wait();
+            // Reads skipped after a failure have no latency (0): not issued.
+            let latencies_ns = job
+                .latencies
                 .iter()
                 .map(|l| l.load(Ordering::Relaxed))
-                .filter(|&l| l > 0),
-        );
-        let failure = job.failure.lock().unwrap_or_else(|p| p.into_inner()).take();
-        failure.map_or(Ok(()), Err)
+                .filter(|&l| l > 0)
+                .collect();
+            let failure = job.failure.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let buf = job.owned.lock().unwrap_or_else(|p| p.into_inner()).take();
+            Completed {
+                buf,
+                latencies_ns,
+                failure,
+            }
+        })
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use io_uring::{opcode, types, IoUring};
 
-use super::batch::{eof_error, BounceBuf, OpError, ReadEngine};
+use super::batch::{eof_error, BounceBuf, Completed, OpError, Pending, ReadEngine};
 use super::files::TableFiles;
 use super::plan::{check_ops, ReadOp};
 use super::{Priority, PAGE};
@@ -31,23 +31,18 @@ const MAX_RETRIES: u32 = 1000;
 /// One batch handed to the ring thread.
 struct Submission {
     ops: Vec<ReadOp>,
-    buf: *mut u8,
+    /// The bounce buffer, owned by the ring thread until it replies; the
+    /// kernel writes through `base`.
+    buf: BounceBuf,
+    base: *mut u8,
     priority: Priority,
-    reply: Sender<Reply>,
+    reply: Sender<Completed>,
 }
 
-// SAFETY: `buf` points into the caller's bounce buffer; the caller blocks
-// until the ring thread replies, and the reply is sent only when no read of
-// the batch is in the kernel (or the buffer is to be leaked).
+// SAFETY: `base` points into `buf`, which travels with it (the heap memory
+// does not move when the submission does); the ring thread replies, giving
+// the buffer back, only when none of the batch's reads is in the kernel.
 unsafe impl Send for Submission {}
-
-/// The ring thread's answer.
-struct Reply {
-    latencies_ns: Vec<u64>,
-    failure: Option<OpError>,
-    /// The kernel may still write into the buffer: never free it.
-    leak: bool,
-}
 
 /// Progress of one read.
 #[derive(Clone, Copy)]
@@ -183,42 +178,51 @@ impl ReadEngine for UringEngine {
         self.depth
     }
 
-    fn execute(
-        &self,
-        ops: &[ReadOp],
-        buf: &mut BounceBuf,
-        priority: Priority,
-        latencies_ns: &mut Vec<u64>,
-    ) -> std::result::Result<(), OpError> {
+    fn submit(&self, ops: Vec<ReadOp>, mut buf: BounceBuf, priority: Priority) -> Pending {
+        let refuse = |buf: BounceBuf, error: io::Error| {
+            Pending::ready(Completed {
+                buf: Some(buf),
+                latencies_ns: Vec::new(),
+                failure: Some(OpError { op: 0, error }),
+            })
+        };
         if ops.is_empty() {
-            return Ok(());
+            return Pending::ready(Completed {
+                buf: Some(buf),
+                latencies_ns: Vec::new(),
+                failure: None,
+            });
         }
-        let slice = buf.as_mut_slice();
-        check_ops(ops, slice.len()).map_err(|error| OpError { op: 0, error })?;
-        let gone = || OpError {
-            op: 0,
-            error: io::Error::other("io_uring thread is gone"),
+        if let Err(error) = check_ops(&ops, buf.len()) {
+            return refuse(buf, error);
+        }
+        let Some(tx) = self.tx.as_ref() else {
+            return refuse(buf, io::Error::other("io_uring engine shut down"));
         };
         let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
+        let base = buf.as_mut_ptr();
         let sub = Submission {
-            ops: ops.to_vec(),
-            buf: slice.as_mut_ptr(),
+            ops,
+            buf,
+            base,
             priority,
             reply: reply_tx,
         };
-        self.tx
-            .as_ref()
-            .ok_or_else(gone)?
-            .send(sub)
-            .map_err(|_| gone())?;
-        // The thread drops the reply sender only after replying or when it
-        // never took the batch (it exited before receiving it).
-        let reply = reply_rx.recv().map_err(|_| gone())?;
-        if reply.leak {
-            buf.leak();
+        if let Err(crossbeam_channel::SendError(sub)) = tx.send(sub) {
+            return refuse(sub.buf, io::Error::other("io_uring thread is gone"));
         }
-        latencies_ns.extend_from_slice(&reply.latencies_ns);
-        reply.failure.map_or(Ok(()), Err)
+        Pending::new(move || {
+            // The thread drops the reply sender only after replying, or with
+            // the submission (and its buffer) if it exits before taking it.
+            reply_rx.recv().unwrap_or_else(|_| Completed {
+                buf: None,
+                latencies_ns: Vec::new(),
+                failure: Some(OpError {
+                    op: 0,
+                    error: io::Error::other("io_uring thread is gone"),
+                }),
+            })
+        })
     }
 }
 
@@ -361,7 +365,7 @@ impl RingLoop {
         let got = state.got;
         // SAFETY: the range lies inside the caller's buffer (check_ops) and
         // belongs to this read alone; the caller waits for our reply.
-        let ptr = unsafe { active.sub.buf.add(read.buf_off + got) };
+        let ptr = unsafe { active.sub.base.add(read.buf_off + got) };
         let entry = opcode::Read::new(types::Fd(self.fds[read.file]), ptr, (read.len - got) as u32)
             .offset(read.offset + got as u64)
             .build()
@@ -447,10 +451,10 @@ impl RingLoop {
         for slot in &mut self.slots {
             if slot.as_ref().is_some_and(Active::finished) {
                 if let Some(active) = slot.take() {
-                    let _ = active.sub.reply.send(Reply {
+                    let _ = active.sub.reply.send(Completed {
+                        buf: Some(active.sub.buf),
                         latencies_ns: active.latencies_ns,
                         failure: active.failure,
-                        leak: false,
                     });
                 }
             }
@@ -461,16 +465,31 @@ impl RingLoop {
     /// reads still in the kernel are leaked, not freed.
     fn break_down(&mut self, error: io::Error) {
         for active in self.slots.iter_mut().filter_map(Option::take) {
-            let _ = active.sub.reply.send(Reply {
-                latencies_ns: active.latencies_ns,
+            let Active {
+                sub,
+                next,
+                in_flight,
+                latencies_ns,
+                ..
+            } = active;
+            let Submission { buf, reply, .. } = sub;
+            let buf = if in_flight > 0 {
+                // The kernel may still write into it: never free it.
+                buf.leak();
+                None
+            } else {
+                Some(buf)
+            };
+            let _ = reply.send(Completed {
+                buf,
+                latencies_ns,
                 failure: Some(OpError {
-                    op: active.next.saturating_sub(1),
+                    op: next.saturating_sub(1),
                     error: io::Error::new(
                         error.kind(),
                         format!("io_uring submission failed: {error}"),
                     ),
                 }),
-                leak: active.in_flight > 0,
             });
         }
     }
