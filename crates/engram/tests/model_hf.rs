@@ -10,8 +10,8 @@ use engram::model::synth::{self, SynthFormat};
 use engram::model::{convert, Model, ModelFormat, NoProgress};
 
 const PRESET: &str = "deepseek-v4.1-flash";
-/// 16M / 65536 = 244 per head: about 5.9K rows (1.5 MB) per table.
-const SCALE: u64 = 65536;
+/// 16M / 262144 = 61 per head: about 1.8K rows (0.5 MB) per table.
+const SCALE: u64 = 262_144;
 const SEED: u64 = 11;
 
 fn synth_model(out: &Path, format: SynthFormat, encoding: Encoding) -> std::path::PathBuf {
