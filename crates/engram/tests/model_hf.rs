@@ -77,6 +77,15 @@ fn checkpoint_reads_back_packs_and_transcodes() {
     synth::fill_rows(SEED, 1, Encoding::E4m3E8m0Row264, last, &mut want).unwrap();
     assert_eq!(&raw[..264], &want[..]);
 
+    // Resident scales give the same rows with one read each.
+    let scales = model.load_scales(1).unwrap().expect("split table");
+    assert_eq!(scales.bytes.len() as u64, model.tables[1].rows * 8);
+    let mut resident = Vec::new();
+    model
+        .read_raw_rows_resident(1, &[last, 3], &scales, &mut resident)
+        .unwrap();
+    assert_eq!(resident, raw);
+
     // f32 rows decode what the generator wrote.
     let mut values = Vec::new();
     model.read_rows_f32(0, &[0, 5], &mut values).unwrap();
