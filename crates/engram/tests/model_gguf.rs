@@ -79,3 +79,97 @@ fn write_fuzz_seeds() {
         synth::write_gguf(&dir.join(format!("{e}.gguf")), &layout, e, 1, &NoProgress).unwrap();
     }
 }
+
+/// A `deepseek4.engram.*` file as other converters write it: only the
+/// layout parameters; primes, multipliers and the token map are derived.
+fn write_ds4_dialect(
+    path: &std::path::Path,
+    extra: Vec<(String, engram::model::gguf::Value)>,
+) -> engram::layout::Layout {
+    use engram::model::gguf::{Array, GgufWriter, Value};
+    let scale = 262_144;
+    let layout = engram::layout::preset("deepseek-v4.1-flash", scale).unwrap();
+    let k = |s: &str| format!("deepseek4.engram.{s}");
+    let mut meta = vec![
+        (
+            "general.architecture".to_string(),
+            Value::String("deepseek4".into()),
+        ),
+        (k("layer_ids"), Value::Array(Array::I32(vec![1, 14]))),
+        (
+            k("num_embeddings"),
+            Value::Array(Array::U64(layout.tables.iter().map(|t| t.rows).collect())),
+        ),
+        (k("max_ngram_size"), Value::U32(4)),
+        (k("head_count"), Value::U32(8)),
+        (k("key_length"), Value::U32(256)),
+        (k("vocab_size"), Value::U64(16_000_000 / scale)),
+        ("tokenizer.ggml.padding_token_id".to_string(), Value::U32(2)),
+    ];
+    meta.extend(extra);
+    let decls = engram::model::ds4::table_decls(&layout, Encoding::E4m3E8m0Row264);
+    let mut w = GgufWriter::create(path, &meta, decls).unwrap();
+    for (t, table) in layout.tables.iter().enumerate() {
+        let mut rows = vec![0u8; table.rows as usize * 264];
+        synth::fill_rows(9, t, Encoding::E4m3E8m0Row264, 0, &mut rows).unwrap();
+        w.write(&rows).unwrap();
+    }
+    w.finish().unwrap();
+    layout
+}
+
+#[test]
+fn deepseek4_dialect_derives_what_it_lacks() {
+    use engram::model::gguf::{Array, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ds4.gguf");
+    let layout = write_ds4_dialect(&path, vec![]);
+    let model = Model::open(&path).unwrap();
+    assert_eq!(model.dialect, "deepseek4");
+    assert_eq!(
+        model.layout, layout,
+        "primes, multipliers and token map derived"
+    );
+    assert_eq!(
+        model.tables[1].encoding,
+        Encoding::E4m3E8m0Row264,
+        "from the row width"
+    );
+    let mut got = Vec::new();
+    model.read_raw_rows(1, &[0], &mut got).unwrap();
+    let mut want = vec![0u8; 264];
+    synth::fill_rows(9, 1, Encoding::E4m3E8m0Row264, 0, &mut want).unwrap();
+    assert_eq!(got, want);
+
+    // Offsets instead of the prime walk give the same primes.
+    let offsets: Vec<u32> = layout
+        .tables
+        .iter()
+        .flat_map(|t| t.offsets.clone())
+        .collect();
+    let path2 = dir.path().join("ds4_offsets.gguf");
+    write_ds4_dialect(
+        &path2,
+        vec![(
+            "deepseek4.engram.offsets".into(),
+            Value::Array(Array::U32(offsets)),
+        )],
+    );
+    assert_eq!(Model::open(&path2).unwrap().layout, layout);
+
+    // A num_embeddings that disagrees with the derivation is refused.
+    let path3 = dir.path().join("ds4_bad.gguf");
+    write_ds4_dialect(
+        &path3,
+        vec![(
+            "deepseek4.engram.multipliers".into(),
+            Value::Array(Array::U64(vec![2; 8])),
+        )],
+    );
+    match Model::open(&path3) {
+        Err(engram::Error::Format { field, .. }) => {
+            assert!(field.contains("multipliers"), "{field}")
+        }
+        other => panic!("even multipliers accepted: {other:?}"),
+    }
+}

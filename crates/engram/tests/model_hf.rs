@@ -10,8 +10,8 @@ use engram::model::synth::{self, SynthFormat};
 use engram::model::{convert, Model, ModelFormat, NoProgress};
 
 const PRESET: &str = "deepseek-v4.1-flash";
-/// 16M / 65536 = 244 per head: about 5.9K rows (1.5 MB) per table.
-const SCALE: u64 = 65536;
+/// 16M / 262144 = 61 per head: about 1.8K rows (0.5 MB) per table.
+const SCALE: u64 = 262_144;
 const SEED: u64 = 11;
 
 fn synth_model(out: &Path, format: SynthFormat, encoding: Encoding) -> std::path::PathBuf {
@@ -76,6 +76,15 @@ fn checkpoint_reads_back_packs_and_transcodes() {
     let mut want = vec![0u8; 264];
     synth::fill_rows(SEED, 1, Encoding::E4m3E8m0Row264, last, &mut want).unwrap();
     assert_eq!(&raw[..264], &want[..]);
+
+    // Resident scales give the same rows with one read each.
+    let scales = model.load_scales(1).unwrap().expect("split table");
+    assert_eq!(scales.bytes.len() as u64, model.tables[1].rows * 8);
+    let mut resident = Vec::new();
+    model
+        .read_raw_rows_resident(1, &[last, 3], &scales, &mut resident)
+        .unwrap();
+    assert_eq!(resident, raw);
 
     // f32 rows decode what the generator wrote.
     let mut values = Vec::new();

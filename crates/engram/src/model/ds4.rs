@@ -434,6 +434,10 @@ fn checked_shape(meta: &Meta, n_tables: usize, max_ngram_size: u64, n_heads: u64
             format!("{n_heads} is outside 1..={}", super::checks::MAX_HEADS),
         ));
     }
+    let field = meta
+        .find("head_count")
+        .map_or_else(|| meta.key("head_count"), |(k, _)| k);
+    super::checks::total_columns(meta.path, &field, n_tables, max_ngram_size, n_heads)?;
     Ok(Shape {
         n_tables,
         max_ngram_size: max_ngram_size as usize,
@@ -592,10 +596,12 @@ fn locate_table(
             format!("{rows} rows, but the layout's primes sum to {}", t.rows),
         ));
     }
-    let offset = header.data_start + info.offset; // checked in read_header
-    let end = rows
-        .checked_mul(width)
-        .and_then(|bytes| offset.checked_add(bytes));
+    let offset = header.data_start.checked_add(info.offset);
+    let end = offset.and_then(|o| {
+        rows.checked_mul(width)
+            .and_then(|bytes| o.checked_add(bytes))
+    });
+    let offset = offset.unwrap_or(u64::MAX);
     if end.is_none_or(|e| e > header.file_size) {
         return Err(bad(
             "offset",

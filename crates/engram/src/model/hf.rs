@@ -161,6 +161,13 @@ impl HfConfig {
             ));
         }
         let n_heads = small("engram_n_heads", super::checks::MAX_HEADS)?;
+        super::checks::total_columns(
+            path,
+            "engram_n_heads",
+            layer_ids.len(),
+            max_ngram_size,
+            n_heads,
+        )?;
         let head_dim = int("engram_head_dim")?;
         if head_dim != ROW_DIM as u64 {
             return Err(Error::format(

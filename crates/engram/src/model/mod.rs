@@ -19,7 +19,7 @@ pub mod gguf;
 pub mod hf;
 pub mod output;
 mod rows;
-pub use rows::sample_rows;
+pub use rows::{sample_rows, ResidentScales};
 pub mod convert;
 pub mod stream;
 pub mod synth;

@@ -277,16 +277,18 @@ impl<R: Read> Parser<'_, R> {
             return self.fixed_array(ty, &raw, field);
         }
         // Strings and nested arrays: count is bounded by the bytes left divided
-        // by each element's minimum size, so the capacity is bounded too.
+        // by each element's minimum size; the vector still grows with what is
+        // actually read rather than trusting the count for its capacity.
         let count = count as usize;
+        let capacity = count.min(1 << 16);
         if ty == ValueType::String {
-            let mut v = Vec::with_capacity(count);
+            let mut v = Vec::with_capacity(capacity);
             for _ in 0..count {
                 v.push(self.string(field)?);
             }
             Ok(Array::String(v))
         } else {
-            let mut v = Vec::with_capacity(count);
+            let mut v = Vec::with_capacity(capacity);
             for _ in 0..count {
                 v.push(self.array(field, depth + 1)?);
             }

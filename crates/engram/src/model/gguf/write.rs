@@ -7,15 +7,11 @@
 //! place by [`GgufWriter::finish`], so an interrupted run never leaves a file
 //! under the final name.
 
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::{align_up, Array, Value, DEFAULT_ALIGNMENT, MAGIC, VERSION};
-use crate::model::output::TempFile;
+use crate::model::output::{SequentialFile, TempFile};
 use crate::{Error, Result};
-
-/// Write buffer: large, so table data goes out in big sequential writes.
-const WRITE_BUFFER: usize = 8 << 20;
 
 /// A tensor to be written: its header entry and its data size.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +28,7 @@ pub struct TensorDecl {
 
 /// Writes a GGUF file: header at creation, then tensor data in order.
 pub struct GgufWriter {
-    out: BufWriter<TempFile>,
+    out: SequentialFile,
     path: PathBuf,
     alignment: u64,
     tensors: Vec<TensorDecl>,
@@ -59,8 +55,8 @@ impl GgufWriter {
         };
         let header = encode_header(metadata, &tensors, alignment)?;
         let file = TempFile::create_for(path)?;
-        let mut out = BufWriter::with_capacity(WRITE_BUFFER, file);
-        out.write_all(&header).map_err(|e| Error::io(path, e))?;
+        let mut out = SequentialFile::new(file);
+        out.write_all(&header)?;
         let mut w = GgufWriter {
             out,
             path: path.to_path_buf(),
@@ -84,9 +80,7 @@ impl GgufWriter {
             };
             let left = t.bytes - self.done_in_current;
             let n = (data.len() as u64).min(left) as usize;
-            self.out
-                .write_all(&data[..n])
-                .map_err(|e| Error::io(&self.path, e))?;
+            self.out.write_all(&data[..n])?;
             self.done_in_current += n as u64;
             data = &data[n..];
             self.skip_empty_tensors()?;
@@ -111,11 +105,7 @@ impl GgufWriter {
                 t.bytes
             )));
         }
-        let file = self
-            .out
-            .into_inner()
-            .map_err(|e| Error::io(&self.path, e.into_error()))?;
-        file.persist()
+        self.out.finish()?.persist()
     }
 
     /// Moves past tensors whose data is complete, writing the padding after each.
@@ -127,9 +117,7 @@ impl GgufWriter {
             let is_last = self.current + 1 == self.tensors.len();
             if !is_last {
                 let pad = padding(t.bytes, self.alignment);
-                self.out
-                    .write_all(&vec![0u8; pad as usize])
-                    .map_err(|e| Error::io(&self.path, e))?;
+                self.out.write_all(&vec![0u8; pad as usize])?;
             }
             self.current += 1;
             self.done_in_current = 0;
