@@ -31,9 +31,19 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that stopped early (`engram hash ... | head`) is not an error.
+        Err(e) if is_broken_pipe(e.as_ref()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("engram: error: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    let io = match e.downcast_ref::<serde_json::Error>() {
+        Some(json) => json.io_error_kind(),
+        None => e.downcast_ref::<std::io::Error>().map(std::io::Error::kind),
+    };
+    io == Some(std::io::ErrorKind::BrokenPipe)
 }

@@ -2,6 +2,7 @@
 //! of every table for every token.
 
 use std::collections::HashSet;
+use std::io::Write;
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -48,6 +49,7 @@ pub fn run(args: &HashArgs) -> CmdResult {
     let mut rows = Vec::new();
     hasher.hash(&mut hasher.new_history(), &tokens, None, &mut rows)?;
     let columns = hasher.columns();
+    let mut out = std::io::stdout().lock();
     if args.json {
         let per_token = rows
             .chunks(hasher.rows_per_token().max(1))
@@ -57,9 +59,11 @@ pub fn run(args: &HashArgs) -> CmdResult {
             tokens: &tokens,
             rows: per_token,
         };
-        println!("{}", serde_json::to_string(&doc)?);
+        serde_json::to_writer(&mut out, &doc)?;
+        writeln!(out)?;
     } else {
-        print_summary(args, &layout.layer_ids(), &tokens, &rows, columns);
+        let layer_ids = layout.layer_ids();
+        print_summary(&mut out, args, &layer_ids, &tokens, &rows, columns)?;
     }
     Ok(())
 }
@@ -96,45 +100,51 @@ fn parse_token_list(list: &str) -> Result<Vec<u32>, String> {
         .collect()
 }
 
-fn print_summary(args: &HashArgs, layer_ids: &[u32], tokens: &[u32], rows: &[u32], columns: usize) {
+fn print_summary(
+    out: &mut impl Write,
+    args: &HashArgs,
+    layer_ids: &[u32],
+    tokens: &[u32],
+    rows: &[u32],
+    columns: usize,
+) -> std::io::Result<()> {
     let tables = layer_ids.len();
-    println!(
+    writeln!(
+        out,
         "{} tokens hashed with {} ({} tables x {} row ids per token)",
         tokens.len(),
         args.source.describe(),
         tables,
         columns
-    );
+    )?;
     let per_token = columns * tables;
     for (i, &token) in tokens.iter().enumerate().take(SUMMARY_TOKENS) {
         let text = args.source.token_text(token).unwrap_or_default();
-        println!("  [{i:>4}] token {token:>6} {text:?}");
-        for (t, table_rows) in rows[i * per_token..(i + 1) * per_token]
-            .chunks(columns)
-            .enumerate()
-        {
+        writeln!(out, "  [{i:>4}] token {token:>6} {text:?}")?;
+        let token_rows = &rows[i * per_token..(i + 1) * per_token];
+        for (layer, table_rows) in layer_ids.iter().zip(token_rows.chunks(columns)) {
             let list: Vec<String> = table_rows.iter().map(u32::to_string).collect();
-            println!("         layer {:>3}: {}", layer_ids[t], list.join(" "));
+            writeln!(out, "         layer {layer:>3}: {}", list.join(" "))?;
         }
     }
     if tokens.len() > SUMMARY_TOKENS {
-        println!(
-            "  ... {} more tokens (use --json for all rows)",
-            tokens.len() - SUMMARY_TOKENS
-        );
+        let more = tokens.len() - SUMMARY_TOKENS;
+        writeln!(out, "  ... {more} more tokens (use --json for all rows)")?;
     }
     for (t, layer) in layer_ids.iter().enumerate() {
-        let unique: HashSet<u32> = rows
+        let distinct: HashSet<u32> = rows
             .chunks(per_token)
             .flat_map(|token_rows| &token_rows[t * columns..(t + 1) * columns])
             .copied()
             .collect();
-        println!(
+        writeln!(
+            out,
             "layer {layer}: {} row reads, {} distinct rows",
             tokens.len() * columns,
-            unique.len()
-        );
+            distinct.len()
+        )?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

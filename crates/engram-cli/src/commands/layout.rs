@@ -1,5 +1,7 @@
 //! `engram layout`: print a layout's tables, primes and multipliers.
 
+use std::io::Write;
+
 use serde::Serialize;
 
 use super::{grouped, CmdResult, LayoutSource};
@@ -53,40 +55,46 @@ impl From<&Layout> for LayoutJson {
 /// Runs `engram layout`.
 pub fn run(args: &LayoutArgs) -> CmdResult {
     let layout = args.source.load()?;
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string(&LayoutJson::from(&layout))?);
+        serde_json::to_writer(&mut out, &LayoutJson::from(&layout))?;
+        writeln!(out)?;
     } else {
-        print_summary(&args.source, &layout);
+        print_summary(&mut out, &args.source, &layout)?;
     }
     Ok(())
 }
 
-fn print_summary(source: &LayoutSource, l: &Layout) {
-    println!("Engram layout: {}", source.describe());
-    println!(
+fn print_summary(out: &mut impl Write, source: &LayoutSource, l: &Layout) -> std::io::Result<()> {
+    writeln!(out, "Engram layout: {}", source.describe())?;
+    writeln!(
+        out,
         "  tokenizer      {} tokens folded into {} compressed ids; dead positions read as id {}",
         grouped(l.vocab_size() as u64),
         grouped(u64::from(l.compressed_vocab_size)),
         l.pad_compressed_id
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  hash           n-gram orders 2..={}, {} heads each: {} row ids per token per table",
         l.max_ngram_size,
         l.n_heads,
         l.columns()
-    );
-    println!("  row width      {} values", l.head_dim);
+    )?;
+    writeln!(out, "  row width      {} values", l.head_dim)?;
     for (i, t) in l.tables.iter().enumerate() {
-        println!();
-        println!(
+        writeln!(out)?;
+        writeln!(
+            out,
             "  table {i} (layer {}): {} rows",
             t.layer_id,
             grouped(t.rows)
-        );
-        println!("    multipliers  {:?}", t.multipliers);
+        )?;
+        writeln!(out, "    multipliers  {:?}", t.multipliers)?;
         for (order, primes) in (2..).zip(t.primes.chunks(l.n_heads)) {
             let list: Vec<String> = primes.iter().map(|&p| grouped(u64::from(p))).collect();
-            println!("    order {order} primes {}", list.join(" "));
+            writeln!(out, "    order {order} primes {}", list.join(" "))?;
         }
     }
+    Ok(())
 }
