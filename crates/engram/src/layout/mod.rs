@@ -179,7 +179,7 @@ impl Layout {
                 TableLayout::from_primes(layer_id, table_primes, multipliers)
             })
             .collect::<Result<Vec<_>>>()?;
-        Layout::from_tables(
+        Layout::from_parts(
             params.max_ngram_size,
             params.n_heads,
             params.head_dim,
@@ -191,7 +191,7 @@ impl Layout {
 
     /// Assembles a layout from parts read elsewhere (a model file) and
     /// validates it.
-    pub fn from_tables(
+    pub fn from_parts(
         max_ngram_size: usize,
         n_heads: usize,
         head_dim: usize,
