@@ -22,7 +22,7 @@ static VENDORED_TOKENIZER_GZ: &[u8] =
 /// Name used in errors about the vendored tokenizer.
 pub const VENDORED_SOURCE_NAME: &str = "vendored deepseek-v4 tokenizer.json";
 
-/// Upper bound on the decompressed vendored tokenizer (it is about 7.5 MB).
+/// Upper bound on the decompressed vendored tokenizer (it is about 6.4 MB).
 const MAX_TOKENIZER_JSON_BYTES: u64 = 64 << 20;
 
 /// A lone space survives normalization as this private-use character, which
