@@ -67,6 +67,15 @@ def token_map(tok):
     return np.array(lut, dtype=np.int64), len(ids)
 
 
+def fnv1a64(values):
+    """FNV-1a over the little-endian bytes of each value as a u32."""
+    h = 0xCBF29CE484222325
+    for v in values:
+        for byte in int(v).to_bytes(4, "little"):
+            h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
 def is_prime(n):
     if n < 2:
         return False
@@ -155,6 +164,7 @@ def main():
         "tokens": tokens,
         "vocab_size": len(lut),
         "compressed_vocab_size": cvocab,
+        "token_map_fnv1a64": str(fnv1a64(lut)),
         "pad_compressed_id": pad,
         "mask": mask,
         "cases": cases,

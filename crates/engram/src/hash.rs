@@ -250,23 +250,76 @@ impl Hasher {
         out: &mut Vec<u32>,
     ) -> Result<()> {
         self.check_input(history, tokens, mask)?;
+        out.reserve(tokens.len() * self.rows_per_token());
+        let window = history.window(self.pad);
+        let first_new = history.ids.len();
+        // Map every token first: these lookups are independent, so their
+        // cache misses overlap instead of stalling the hash one by one.
+        self.push_compressed(history, tokens, mask);
+        let ids = &history.ids[first_new..];
+        // The V4.1 shape (and its neighbours) get loops the compiler unrolls.
+        match (self.max_ngram_size, self.n_heads) {
+            (4, 8) => self.hash_fixed::<4, 8>(window, ids, out),
+            (3, 8) => self.hash_fixed::<3, 8>(window, ids, out),
+            (5, 8) => self.hash_fixed::<5, 8>(window, ids, out),
+            (4, 4) => self.hash_fixed::<4, 4>(window, ids, out),
+            _ => self.hash_any_shape(window, ids, out),
+        }
+        Ok(())
+    }
+
+    /// Appends the compressed id of each token to `history`, [`DEAD`] where
+    /// masked. Inputs were checked, so indexing cannot fail.
+    fn push_compressed(&self, history: &mut History, tokens: &[u32], mask: Option<&[bool]>) {
+        let map = &self.token_map[..];
+        match mask {
+            None => history.ids.extend(tokens.iter().map(|&t| map[t as usize])),
+            Some(mask) => history
+                .ids
+                .extend(
+                    tokens
+                        .iter()
+                        .zip(mask)
+                        .map(|(&t, &dead)| if dead { DEAD } else { map[t as usize] }),
+                ),
+        }
+    }
+
+    /// The hash for `N = max_ngram_size` and `H = n_heads` known at compile
+    /// time. `window` is the state before `ids[0]`.
+    fn hash_fixed<const N: usize, const H: usize>(
+        &self,
+        mut window: [u64; MAX_NGRAM_SIZE],
+        ids: &[u32],
+        out: &mut Vec<u32>,
+    ) {
+        let mut rows = [[0u32; H]; MAX_NGRAM_SIZE];
+        for &id in ids {
+            shift_in(&mut window, N, id, self.pad);
+            for table in &self.tables {
+                let m = &table.multipliers;
+                let mut mix = window[0].wrapping_mul(m[0]);
+                for k in 1..N {
+                    mix ^= window[k].wrapping_mul(m[k]);
+                    let moduli = &table.columns[(k - 1) * H..k * H];
+                    for h in 0..H {
+                        rows[k - 1][h] = moduli[h].row(mix);
+                    }
+                }
+                out.extend_from_slice(rows[..N - 1].as_flattened());
+            }
+        }
+    }
+
+    /// The hash for any shape, with run-time loop bounds.
+    fn hash_any_shape(&self, mut window: [u64; MAX_NGRAM_SIZE], ids: &[u32], out: &mut Vec<u32>) {
         let start = out.len();
-        out.resize(start + tokens.len() * self.rows_per_token(), 0);
-        let mut window = history.window(self.pad);
-        history.ids.reserve(tokens.len());
+        out.resize(start + ids.len() * self.rows_per_token(), 0);
         let rows = out[start..].chunks_exact_mut(self.rows_per_token());
-        for (i, (&token, token_rows)) in tokens.iter().zip(rows).enumerate() {
-            let dead = mask.is_some_and(|m| m[i]);
-            let id = if dead {
-                DEAD
-            } else {
-                self.token_map[token as usize]
-            };
-            history.ids.push(id);
+        for (&id, token_rows) in ids.iter().zip(rows) {
             shift_in(&mut window, self.max_ngram_size, id, self.pad);
             self.hash_window(&window, token_rows);
         }
-        Ok(())
     }
 
     fn check_input(&self, history: &History, tokens: &[u32], mask: Option<&[bool]>) -> Result<()> {

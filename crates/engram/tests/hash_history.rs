@@ -10,12 +10,17 @@ use proptest::prelude::*;
 const VOCAB: u32 = 300;
 
 fn small_layout() -> Layout {
+    layout_with_shape(4, 3)
+}
+
+/// (4, 8) and (3, 8) take the hasher's unrolled paths, others the general one.
+fn layout_with_shape(max_ngram_size: usize, n_heads: usize) -> Layout {
     // 300 tokens folded onto 211 compressed ids; pad token 5.
     let map: Vec<u32> = (0..VOCAB).map(|t| (t * 7) % 211).collect();
     let params = LayoutParams {
         layer_ids: vec![3, 9],
-        max_ngram_size: 4,
-        n_heads: 3,
+        max_ngram_size,
+        n_heads,
         head_dim: 16,
         engram_vocab_size: 1000,
         seed: 7,
@@ -67,15 +72,16 @@ fn sample_tokens(n: usize) -> Vec<u32> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(160))]
 
     #[test]
     fn hash_equals_direct_formula_and_chunking_is_invisible(
         tokens in prop::collection::vec(0..VOCAB, 0..60),
         mask_bits in prop::collection::vec(prop::bool::weighted(0.15), 60),
         cuts in prop::collection::vec(0usize..60, 0..6),
+        shape in prop::sample::select(vec![(4usize, 3usize), (4, 8), (3, 8), (2, 1), (6, 2)]),
     ) {
-        let layout = small_layout();
+        let layout = layout_with_shape(shape.0, shape.1);
         let h = Hasher::new(&layout).unwrap();
         let mask = &mask_bits[..tokens.len()];
         let whole = hash_all(&h, &tokens, Some(mask));

@@ -17,6 +17,23 @@ fn u64s(v: &Value) -> Vec<u64> {
         .collect()
 }
 
+/// FNV-1a over the little-endian bytes of each id (as in the Python script).
+fn fnv1a64(ids: &[u32]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in ids.iter().flat_map(|id| id.to_le_bytes()) {
+        h = (h ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[test]
+fn whole_token_map_matches_python_tokenizers() {
+    let doc = vectors();
+    let map = engram::layout::TokenMap::vendored().unwrap();
+    let want: u64 = doc["token_map_fnv1a64"].as_str().unwrap().parse().unwrap();
+    assert_eq!(fnv1a64(&map.map), want);
+}
+
 #[test]
 fn vendored_tokenizer_matches_python_tokenizers() {
     let doc = vectors();

@@ -65,13 +65,13 @@ fn derived_layout_is_consistent() {
 }
 
 #[test]
-fn from_tables_validates() {
+fn from_parts_validates() {
     let l = good();
-    let rebuilt = Layout::from_tables(3, 2, 8, l.token_map(), 0, l.tables.clone()).unwrap();
+    let rebuilt = Layout::from_parts(3, 2, 8, l.token_map(), 0, l.tables.clone()).unwrap();
     assert_eq!(rebuilt, l);
     let mut tables = l.tables.clone();
     tables[1].multipliers[2] += 1;
-    let err = Layout::from_tables(3, 2, 8, l.token_map(), 0, tables).unwrap_err();
+    let err = Layout::from_parts(3, 2, 8, l.token_map(), 0, tables).unwrap_err();
     assert_mentions(&err.to_string(), &["multipliers[2]", "even"]);
     let t = TableLayout::from_primes(2, vec![5, 7], vec![1, 3, 5]).unwrap();
     assert_eq!((t.offsets, t.rows), (vec![0, 5], 12));
