@@ -108,7 +108,8 @@ fn e5m3_byte(mantissa16: i32, e: i32) -> Option<u8> {
 }
 
 /// The row264 -> row136 encoder read literally from its specification: full
-/// scan of the 8 levels with a strict `<`, errors summed one value at a time.
+/// scan of the 8 levels with a strict `<`, errors summed one value at a time
+/// with a fused multiply-add (see `add_square` in the encoder for why).
 /// `None` when a group has no representable scale pair.
 pub fn naive_encode(row: &[u8]) -> Option<Vec<u8>> {
     let values = exact_values(row);
@@ -146,7 +147,8 @@ pub fn naive_encode(row: &[u8]) -> Option<Vec<u8>> {
                     }
                     idx[j] = best as u8;
                     let d = (LEVELS[best] * s).copysign(v[j]) - v[j];
-                    err += d * d;
+                    // `err += d * d` as clang compiles it (contracted to an FMA).
+                    err = d.mul_add(d, err);
                 }
                 err
             };
