@@ -2,9 +2,10 @@
 //! identity copies.
 //!
 //! The choices below (candidate scales, f32 distances with ties to the lower
-//! level, error summed in f32 in element order, `down` only on a strictly
-//! smaller error) follow the reference converter, so a file transcoded here
-//! is byte-identical to one it produced.
+//! level, squared error summed in f32 in element order with fused
+//! multiply-adds, `down` only on a strictly smaller error) follow the
+//! reference converter, so a file transcoded here is byte-identical to one it
+//! produced.
 
 use super::minifloat::{e5m3_scale, nearest_lloyd, LLOYD4_LEVELS};
 use super::{row136, row264, CodecError, Encoding, GROUP, GROUPS, ROW_DIM};
