@@ -2,8 +2,9 @@
 //!
 //! value = e4m3(code) * 2^(scale - 127). The product is exact in f32 (4
 //! significant bits; the smallest magnitude, 2^-136, is an f32 subnormal with
-//! room to spare) unless it overflows, so decoding is one table lookup, one
-//! multiply and the BF16 rounding per value.
+//! room to spare) unless it overflows, so decoding is one table lookup and
+//! one multiply per value, plus the BF16 rounding for the tiny scales where
+//! it can change a value.
 
 use super::minifloat::{bf16_round_bits, E4M3_TABLE, E8M0_TABLE};
 use super::{CodecError, GROUP, GROUPS, ROW_DIM};
