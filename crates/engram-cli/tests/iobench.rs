@@ -1,0 +1,123 @@
+//! `engram iobench` end to end on a small synthetic model.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn engram(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(args)
+        .output()
+        .expect("running engram")
+}
+
+/// One small model shared by the tests of this file (built once).
+fn shared_model() -> &'static str {
+    static MODEL: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
+    let (_, path) = MODEL.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = small_model(dir.path());
+        (dir, path)
+    });
+    path
+}
+
+fn small_model(dir: &Path) -> String {
+    let out = dir.join("m");
+    let o = engram(&[
+        "synth",
+        "--preset",
+        "deepseek-v4.1-flash",
+        "--scale",
+        "16000",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "synth: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out.join("model.gguf").to_string_lossy().into_owned()
+}
+
+#[test]
+fn iobench_json_has_the_documented_shape() {
+    let model = shared_model();
+    for backend in ["psync", "auto"] {
+        let o = engram(&[
+            "iobench",
+            "--model",
+            model,
+            "--backend",
+            backend,
+            "--depth",
+            "8",
+            "--cold",
+            "--json",
+            "--singles",
+            "50",
+            "--batches",
+            "20",
+        ]);
+        assert!(
+            o.status.success(),
+            "{backend}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let doc: serde_json::Value =
+            serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+        if backend != "auto" {
+            assert_eq!(doc["backend"], backend);
+        }
+        assert_eq!(doc["depth"], 8);
+        assert_eq!(doc["cold"], true);
+        assert_eq!(doc["single"]["rows"], 50);
+        assert!(doc["single"]["p50_us"].as_f64().unwrap() > 0.0);
+        assert!(
+            doc["single"]["p99_us"].as_f64().unwrap() >= doc["single"]["p50_us"].as_f64().unwrap()
+        );
+        let d = &doc["decode_batch"];
+        assert_eq!(
+            (d["batches"].as_u64(), d["rows_per_batch"].as_u64()),
+            (Some(20), Some(24))
+        );
+        assert!(d["mean_us"].as_f64().unwrap() > 0.0);
+        assert!(d["p99_us"].as_f64().unwrap() >= d["p50_us"].as_f64().unwrap());
+        let p = &doc["prefill_batch"];
+        assert_eq!(
+            (p["tokens"].as_u64(), p["rows"].as_u64()),
+            (Some(2048), Some(49152))
+        );
+        let unique = p["unique_rows"].as_u64().unwrap();
+        // Real text repeats n-grams: fewer distinct rows than requests, but
+        // far more than a handful.
+        assert!(unique > 1000 && unique < 49152, "unique rows {unique}");
+        let rate = p["unique_rows_per_s"].as_f64().unwrap();
+        let seconds = p["seconds"].as_f64().unwrap();
+        assert!((rate * seconds - unique as f64).abs() <= unique as f64 * 0.01 + 1.0);
+    }
+}
+
+#[test]
+fn iobench_errors_name_what_was_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = engram(&["iobench", "--model", "/nonexistent/model.gguf"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/model.gguf"));
+    let model = shared_model();
+    let o = engram(&["iobench", "--model", model, "--backend", "floppy"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("floppy"));
+    let text = dir.path().join("short.txt");
+    std::fs::write(&text, "too short").unwrap();
+    let o = engram(&[
+        "iobench",
+        "--model",
+        model,
+        "--text",
+        text.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("2048"));
+}

@@ -1,0 +1,181 @@
+//! Checkpoint directories, packing and transcoding: synthetic models read
+//! back row for row, in both formats and both encodings.
+
+use std::path::Path;
+
+use engram::codec::{encode_row136, Encoding, ROW_DIM};
+use engram::layout::{preset, preset_params, vendored_tokenizer_json};
+use engram::model::hf::HfConfig;
+use engram::model::synth::{self, SynthFormat};
+use engram::model::{convert, Model, ModelFormat, NoProgress};
+
+const PRESET: &str = "deepseek-v4.1-flash";
+/// 16M / 262144 = 61 per head: about 1.8K rows (0.5 MB) per table.
+const SCALE: u64 = 262_144;
+const SEED: u64 = 11;
+
+fn synth_model(out: &Path, format: SynthFormat, encoding: Encoding) -> std::path::PathBuf {
+    let layout = preset(PRESET, SCALE).unwrap();
+    let config = HfConfig {
+        params: preset_params(PRESET, SCALE).unwrap(),
+        num_embeddings: layout.tables.iter().map(|t| t.rows).collect(),
+        compressed_vocab_size: u64::from(layout.compressed_vocab_size),
+        vocab_size: Some(layout.token_map.len() as u64),
+    };
+    let tok = vendored_tokenizer_json().unwrap();
+    synth::synth(
+        out,
+        format,
+        &layout,
+        &config,
+        &tok,
+        encoding,
+        SEED,
+        &NoProgress,
+    )
+    .unwrap()
+}
+
+/// Every row of every table equals the generator's rows in `encoding`.
+fn assert_rows_are_synthetic(model: &Model, encoding: Encoding) {
+    for (t, loc) in model.tables.iter().enumerate() {
+        let mut got = Vec::new();
+        model
+            .read_row_range(t, 0, loc.rows as usize, &mut got)
+            .unwrap();
+        let mut want = vec![0u8; loc.rows as usize * encoding.row_bytes()];
+        synth::fill_rows(SEED, t, encoding, 0, &mut want).unwrap();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "table {t}: rows differ from the generator");
+    }
+}
+
+#[test]
+fn checkpoint_reads_back_packs_and_transcodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = synth_model(
+        &dir.path().join("ckpt"),
+        SynthFormat::Hf,
+        Encoding::E4m3E8m0Row264,
+    );
+    let model = Model::open(&ckpt).unwrap();
+    assert_eq!(model.format, ModelFormat::HuggingFace);
+    assert_eq!(model.dialect, "hf");
+    assert_eq!(model.layout, preset(PRESET, SCALE).unwrap());
+    for loc in &model.tables {
+        let s = loc.scales.as_ref().expect("split scales");
+        assert_eq!((loc.row_bytes, s.bytes_per_row), (256, 8));
+        assert_eq!(loc.full_row_bytes(), 264);
+    }
+    assert_rows_are_synthetic(&model, Encoding::E4m3E8m0Row264);
+
+    // Random access reassembles value and scale bytes.
+    let mut raw = Vec::new();
+    let last = model.tables[1].rows - 1;
+    model.read_raw_rows(1, &[last, 3], &mut raw).unwrap();
+    let mut want = vec![0u8; 264];
+    synth::fill_rows(SEED, 1, Encoding::E4m3E8m0Row264, last, &mut want).unwrap();
+    assert_eq!(&raw[..264], &want[..]);
+
+    // Resident scales give the same rows with one read each.
+    let scales = model.load_scales(1).unwrap().expect("split table");
+    assert_eq!(scales.bytes.len() as u64, model.tables[1].rows * 8);
+    let mut resident = Vec::new();
+    model
+        .read_raw_rows_resident(1, &[last, 3], &scales, &mut resident)
+        .unwrap();
+    assert_eq!(resident, raw);
+
+    // f32 rows decode what the generator wrote.
+    let mut values = Vec::new();
+    model.read_rows_f32(0, &[0, 5], &mut values).unwrap();
+    assert_eq!(values.len(), 2 * ROW_DIM);
+    let mut row5 = vec![0u8; 264];
+    synth::fill_rows(SEED, 0, Encoding::E4m3E8m0Row264, 5, &mut row5).unwrap();
+    let mut decoded = vec![0f32; ROW_DIM];
+    Encoding::E4m3E8m0Row264
+        .decode_row(&row5, &mut decoded)
+        .unwrap();
+    assert_eq!(&values[ROW_DIM..], &decoded[..]);
+    assert!(model.verify_rows(50).unwrap() >= 100);
+
+    // pack: a GGUF that reads identically.
+    let packed_path = dir.path().join("packed.gguf");
+    let packed = convert::pack(&ckpt, &packed_path, &NoProgress).unwrap();
+    assert_eq!(packed.format, ModelFormat::Gguf);
+    assert_eq!(packed.layout, model.layout);
+    assert!(packed
+        .tables
+        .iter()
+        .all(|t| t.scales.is_none() && t.row_bytes == 264));
+    assert_rows_are_synthetic(&packed, Encoding::E4m3E8m0Row264);
+
+    // transcode: every row is the codec's encoding of the source row.
+    let q4_path = dir.path().join("q4.gguf");
+    let q4 = convert::transcode(&model, Encoding::Lloyd4E5m3Row136, &q4_path, &NoProgress).unwrap();
+    assert_eq!(q4.layout, model.layout);
+    for (t, loc) in q4.tables.iter().enumerate() {
+        assert_eq!(
+            (loc.encoding, loc.row_bytes),
+            (Encoding::Lloyd4E5m3Row136, 136)
+        );
+        let mut got = Vec::new();
+        q4.read_row_range(t, 0, loc.rows as usize, &mut got)
+            .unwrap();
+        let mut src = vec![0u8; loc.rows as usize * 264];
+        synth::fill_rows(SEED, t, Encoding::E4m3E8m0Row264, 0, &mut src).unwrap();
+        for (r, (g, s)) in got.chunks_exact(136).zip(src.chunks_exact(264)).enumerate() {
+            let mut want = [0u8; 136];
+            encode_row136(s, &mut want).unwrap();
+            assert_eq!(g, &want[..], "table {t} row {r}");
+        }
+    }
+}
+
+#[test]
+fn gguf_models_in_both_encodings_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    for e in Encoding::ALL {
+        let path = synth_model(&dir.path().join(e.name()), SynthFormat::Gguf, e);
+        assert_eq!(path.file_name().unwrap(), "model.gguf");
+        let model = Model::open(&path).unwrap();
+        assert_eq!(model.dialect, "deepseek41");
+        assert_eq!(model.layout, preset(PRESET, SCALE).unwrap());
+        assert!(model
+            .tables
+            .iter()
+            .all(|t| t.encoding == e && t.row_bytes as usize == e.row_bytes()));
+        assert_rows_are_synthetic(&model, e);
+        model.verify_rows(20).unwrap();
+    }
+}
+
+#[test]
+fn hf_synth_refuses_other_encodings_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = preset(PRESET, SCALE).unwrap();
+    let config = HfConfig {
+        params: preset_params(PRESET, SCALE).unwrap(),
+        num_embeddings: layout.tables.iter().map(|t| t.rows).collect(),
+        compressed_vocab_size: u64::from(layout.compressed_vocab_size),
+        vocab_size: None,
+    };
+    let out = dir.path().join("x");
+    let r = synth::synth(
+        &out,
+        SynthFormat::Hf,
+        &layout,
+        &config,
+        b"{}",
+        Encoding::Lloyd4E5m3Row136,
+        0,
+        &NoProgress,
+    );
+    assert!(matches!(r, Err(engram::Error::InvalidArgument(_))));
+    assert!(!out.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no temporary left behind"
+    );
+}
