@@ -7,9 +7,10 @@ use clap::{Parser, Subcommand};
 mod commands;
 mod progress;
 
-/// Streams Engram rows from SSD; inspects, reads, builds and converts Engram models.
+/// Streams Engram rows from SSD behind transformer compute; inspect, hash,
+/// read, build, convert and benchmark Engram models.
 #[derive(Debug, Parser)]
-#[command(name = "engram", version, about)]
+#[command(name = "engram", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -17,6 +18,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Print a layout: tables, rows, primes and multipliers.
+    Layout(commands::layout::LayoutArgs),
+    /// Hash text or token ids into the row ids of every table.
+    Hash(commands::hash::HashArgs),
     /// Show a model's layout and where its tables are (.gguf file or checkpoint directory).
     Inspect(commands::inspect::Args),
     /// Read rows of a table, decoded to f32 or raw.
@@ -39,18 +44,30 @@ pub fn emit(text: &str) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Inspect(a) => commands::inspect::run(a),
-        Command::Rows(a) => commands::rows::run(a),
-        Command::Synth(a) => commands::synth::run(a),
-        Command::Transcode(a) => commands::transcode::run(a),
-        Command::Pack(a) => commands::pack::run(a),
+    let result: commands::CmdResult = match cli.command {
+        Command::Layout(args) => commands::layout::run(&args),
+        Command::Hash(args) => commands::hash::run(&args),
+        Command::Inspect(a) => commands::inspect::run(a).map_err(Into::into),
+        Command::Rows(a) => commands::rows::run(a).map_err(Into::into),
+        Command::Synth(a) => commands::synth::run(a).map_err(Into::into),
+        Command::Transcode(a) => commands::transcode::run(a).map_err(Into::into),
+        Command::Pack(a) => commands::pack::run(a).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that stopped early (`engram hash ... | head`) is not an error.
+        Err(e) if is_broken_pipe(e.as_ref()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("engram: {e}");
+            eprintln!("engram: error: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    let io = match e.downcast_ref::<serde_json::Error>() {
+        Some(json) => json.io_error_kind(),
+        None => e.downcast_ref::<std::io::Error>().map(std::io::Error::kind),
+    };
+    io == Some(std::io::ErrorKind::BrokenPipe)
 }

@@ -32,6 +32,10 @@ pub const MAX_NGRAM_SIZE: usize = 16;
 /// reference uses 8); bounds work and memory for untrusted parameters.
 pub const MAX_HEADS: usize = 1024;
 
+/// Largest number of Engram tables a layout may have (V4.1 has 2); bounds
+/// the prime walk for untrusted parameters.
+pub const MAX_TABLES: usize = 256;
+
 /// Multiplier seeds are `seed + LAYER_SEED_STRIDE * layer_id` (the reference's constant).
 pub const LAYER_SEED_STRIDE: u64 = 10007;
 
@@ -128,9 +132,11 @@ pub fn derive_multipliers(
     }
     let half_bound = (i64::MAX / i64::from(compressed_vocab_size) / 2).max(1);
     let stream_seed = u128::from(seed) + u128::from(LAYER_SEED_STRIDE) * u128::from(layer_id);
-    let draws = numpy_rng::Generator::default_rng(stream_seed)
+    let mut rng = numpy_rng::Generator::default_rng(stream_seed);
+    // `half_bound >= 1`, so the range [0, half_bound) is never empty.
+    let draws = rng
         .integers_i64(0, half_bound, max_ngram_size)
-        .expect("half_bound is at least 1");
+        .unwrap_or_default();
     Ok(draws.into_iter().map(|r| 2 * r as u64 + 1).collect())
 }
 
@@ -173,7 +179,7 @@ impl Layout {
                 TableLayout::from_primes(layer_id, table_primes, multipliers)
             })
             .collect::<Result<Vec<_>>>()?;
-        Layout::from_tables(
+        Layout::from_parts(
             params.max_ngram_size,
             params.n_heads,
             params.head_dim,
@@ -185,7 +191,7 @@ impl Layout {
 
     /// Assembles a layout from parts read elsewhere (a model file) and
     /// validates it.
-    pub fn from_tables(
+    pub fn from_parts(
         max_ngram_size: usize,
         n_heads: usize,
         head_dim: usize,
@@ -230,10 +236,13 @@ impl Layout {
 impl LayoutParams {
     /// Rejects parameters no layout can be derived from.
     fn check(&self) -> Result<()> {
-        if self.layer_ids.is_empty() {
+        if self.layer_ids.is_empty() || self.layer_ids.len() > MAX_TABLES {
             return Err(Error::layout(
                 "layer_ids",
-                "is empty; a layout needs a table",
+                format!(
+                    "has {} entries; a layout needs 1..={MAX_TABLES} tables",
+                    self.layer_ids.len()
+                ),
             ));
         }
         if !(2..=MAX_NGRAM_SIZE).contains(&self.max_ngram_size) {
