@@ -14,18 +14,16 @@ pub(crate) const ROW_BYTES: usize = ROW_DIM / 2 + ROW_DIM / GROUP;
 /// Code bytes per 32-value group.
 const GROUP_CODE_BYTES: usize = GROUP / 2;
 
-/// The 16 decoded values a group's nibbles can take under `scale`.
+/// The 16 decoded values a group's nibbles can take under `scale`: the 8
+/// positive ones, then their negatives (BF16 rounding is symmetric, so
+/// negating after rounding equals rounding the negative product).
 #[inline]
 fn group_values(scale: f32) -> [f32; 16] {
     let mut values = [0.0f32; 16];
-    for (nibble, value) in values.iter_mut().enumerate() {
-        let magnitude = LLOYD4_LEVELS[nibble & 7] * scale;
-        let signed = if nibble & 8 != 0 {
-            -magnitude
-        } else {
-            magnitude
-        };
-        *value = bf16_round(signed);
+    let (positive, negative) = values.split_at_mut(8);
+    for ((plus, minus), level) in positive.iter_mut().zip(negative).zip(LLOYD4_LEVELS) {
+        *plus = bf16_round(level * scale);
+        *minus = -*plus;
     }
     values
 }
