@@ -179,3 +179,33 @@ fn hf_synth_refuses_other_encodings_and_leaves_nothing() {
         "no temporary left behind"
     );
 }
+
+#[test]
+fn conversion_stops_at_a_corrupt_row_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = synth_model(
+        &dir.path().join("g"),
+        SynthFormat::Gguf,
+        Encoding::E4m3E8m0Row264,
+    );
+    let model = Model::open(&path).unwrap();
+    let t = &model.tables[1];
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(t.offset + 1000 * 264 + 5) as usize] = 0xff; // a NaN code
+    bytes[(t.offset + 1500 * 264 + 256) as usize] = 0xff; // a NaN scale, later
+    std::fs::write(&path, bytes).unwrap();
+    let out = dir.path().join("q4.gguf");
+    match convert::transcode(&model, Encoding::Lloyd4E5m3Row136, &out, &NoProgress) {
+        Err(engram::Error::CorruptRow { table, row, .. }) => assert_eq!((table, row), (1, 1000)),
+        other => panic!("expected a corrupt-row error, got {other:?}"),
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("g")],
+        "no output, no temporary"
+    );
+}

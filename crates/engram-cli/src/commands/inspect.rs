@@ -3,9 +3,7 @@
 
 use std::path::PathBuf;
 
-use engram::layout::Layout;
 use engram::model::{Model, ModelFormat, TableLocation};
-use serde_json::{json, Value};
 
 /// Arguments of `engram inspect`.
 #[derive(Debug, clap::Args)]
@@ -20,36 +18,50 @@ pub struct Args {
     json: bool,
 }
 
-/// The layout summary, with the keys of `engram layout --json`.
-pub fn layout_json(layout: &Layout) -> Value {
-    json!({
-        "layer_ids": layout.tables.iter().map(|t| t.layer_id).collect::<Vec<_>>(),
-        "max_ngram_size": layout.max_ngram_size,
-        "n_heads": layout.n_heads,
-        "vocab_size": layout.token_map.len(),
-        "compressed_vocab_size": layout.compressed_vocab_size,
-        "pad_compressed_id": layout.pad_compressed_id,
-        "rows": layout.tables.iter().map(|t| t.rows).collect::<Vec<_>>(),
-        "primes": layout.tables.iter().map(|t| t.primes.clone()).collect::<Vec<_>>(),
-        "multipliers": layout.tables.iter().map(|t| t.multipliers.clone()).collect::<Vec<_>>(),
-    })
+/// The JSON document of `engram inspect --json` (field order as written).
+#[derive(serde::Serialize)]
+struct InspectJson<'a> {
+    format: &'static str,
+    dialect: &'a str,
+    /// Same document as `engram layout --json`.
+    layout: super::layout::LayoutJson,
+    tables: Vec<TableJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verified_rows: Option<u64>,
 }
 
-fn table_json(t: &TableLocation) -> Value {
-    let mut v = json!({
-        "layer_id": t.layer_id,
-        "file": t.file.display().to_string(),
-        "offset": t.offset,
-        "rows": t.rows,
-        "encoding": t.encoding.name(),
-        "row_bytes": t.row_bytes,
-    });
-    if let Some(s) = &t.scales {
-        v["scale_file"] = s.file.display().to_string().into();
-        v["scale_offset"] = s.offset.into();
-        v["scale_bytes_per_row"] = s.bytes_per_row.into();
+/// One table of `engram inspect --json`.
+#[derive(serde::Serialize)]
+struct TableJson {
+    layer_id: u32,
+    file: String,
+    offset: u64,
+    rows: u64,
+    encoding: &'static str,
+    row_bytes: u32,
+    /// Checkpoints only: where the split scale bytes are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scale_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scale_offset: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scale_bytes_per_row: Option<u32>,
+}
+
+impl From<&TableLocation> for TableJson {
+    fn from(t: &TableLocation) -> Self {
+        TableJson {
+            layer_id: t.layer_id,
+            file: t.file.display().to_string(),
+            offset: t.offset,
+            rows: t.rows,
+            encoding: t.encoding.name(),
+            row_bytes: t.row_bytes,
+            scale_file: t.scales.as_ref().map(|s| s.file.display().to_string()),
+            scale_offset: t.scales.as_ref().map(|s| s.offset),
+            scale_bytes_per_row: t.scales.as_ref().map(|s| s.bytes_per_row),
+        }
     }
-    v
 }
 
 fn format_name(f: ModelFormat) -> &'static str {
@@ -67,15 +79,13 @@ pub fn run(args: Args) -> engram::Result<()> {
         None => None,
     };
     if args.json {
-        let mut doc = json!({
-            "format": format_name(model.format),
-            "dialect": model.dialect,
-            "layout": layout_json(&model.layout),
-            "tables": model.tables.iter().map(table_json).collect::<Vec<_>>(),
-        });
-        if let Some(n) = verified {
-            doc["verified_rows"] = n.into();
-        }
+        let doc = InspectJson {
+            format: format_name(model.format),
+            dialect: &model.dialect,
+            layout: super::layout::LayoutJson::from(&model.layout),
+            tables: model.tables.iter().map(TableJson::from).collect(),
+            verified_rows: verified,
+        };
         crate::emit(&serde_json::to_string_pretty(&doc).expect("JSON"));
         return Ok(());
     }

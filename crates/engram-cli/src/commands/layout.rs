@@ -24,7 +24,7 @@ fn presets_help() -> String {
 
 /// The JSON document of `engram layout --json` (field order is the contract).
 #[derive(Serialize)]
-struct LayoutJson {
+pub struct LayoutJson {
     layer_ids: Vec<u32>,
     max_ngram_size: usize,
     n_heads: usize,

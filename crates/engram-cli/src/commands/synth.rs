@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use engram::codec::Encoding;
+use engram::model::derive;
 use engram::model::hf::HfConfig;
 use engram::model::synth::{self, SynthFormat};
-use engram::model::{derive, Model};
 
 /// Output kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -76,17 +76,12 @@ pub fn run(args: Args) -> engram::Result<()> {
     )?;
     bar.finish();
     let secs = start.elapsed().as_secs_f64();
-    let model = Model::open(&path)?;
-    let bytes: u64 = model
-        .tables
-        .iter()
-        .map(|t| t.rows * t.full_row_bytes() as u64)
-        .sum();
+    let rows: u64 = layout.tables.iter().map(|t| t.rows).sum();
+    let bytes = rows * args.encoding.row_bytes() as u64;
     eprintln!(
-        "wrote {} ({} tables, {} rows, {:.1} MB of rows in {secs:.2} s: {:.0} MB/s)",
+        "wrote {} ({} tables, {rows} rows, {:.1} MB of rows in {secs:.2} s: {:.0} MB/s)",
         path.display(),
-        model.tables.len(),
-        model.tables.iter().map(|t| t.rows).sum::<u64>(),
+        layout.tables.len(),
         bytes as f64 / 1e6,
         bytes as f64 / 1e6 / secs.max(1e-9)
     );

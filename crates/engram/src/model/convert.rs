@@ -33,19 +33,55 @@ pub fn write_gguf_from(
             let from = model.tables[table].encoding;
             let count = buf.len() / to.row_bytes();
             model.read_row_range(table, first, count, &mut src)?;
-            let src_rows = src.chunks_exact(model.tables[table].full_row_bytes());
-            for (i, (s, d)) in src_rows
-                .zip(buf.chunks_exact_mut(to.row_bytes()))
-                .enumerate()
-            {
-                transcode_row(from, to, s, d).map_err(|e| e.into_error(table, first + i as u64))?;
-            }
-            Ok(())
+            let src_width = model.tables[table].full_row_bytes();
+            convert_rows(from, to, table, first, (&src, src_width), buf)
         },
         |chunk| writer.write(&chunk.data),
         progress,
     )?;
     writer.finish()
+}
+
+/// Converts consecutive rows `first..` of `table` from `src` (rows of
+/// `src.1` bytes) into `dst`, split across the machine's cores: encoding to
+/// lloyd4 costs microseconds a row, so one thread would bound the run.
+/// On a corrupt row, the error names the first such row.
+fn convert_rows(
+    from: Encoding,
+    to: Encoding,
+    table: usize,
+    first: u64,
+    src: (&[u8], usize),
+    dst: &mut [u8],
+) -> Result<()> {
+    let (src, src_width) = src;
+    let rows = dst.len() / to.row_bytes();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 16);
+    let per = rows.div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = dst
+            .chunks_mut(per * to.row_bytes())
+            .zip(src.chunks(per * src_width))
+            .enumerate()
+            .map(|(part, (dst, src))| {
+                scope.spawn(move || {
+                    let rows = src
+                        .chunks_exact(src_width)
+                        .zip(dst.chunks_exact_mut(to.row_bytes()));
+                    for (i, (s, d)) in rows.enumerate() {
+                        let row = first + (part * per + i) as u64;
+                        transcode_row(from, to, s, d).map_err(|e| e.into_error(table, row))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("row conversion does not panic"))
+    })
 }
 
 /// `engram pack`: the checkpoint directory `dir` as a packed 264-byte-row GGUF at `out`.

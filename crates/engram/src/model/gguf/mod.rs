@@ -334,3 +334,109 @@ pub fn align_up(value: u64, align: u64) -> Option<u64> {
     debug_assert!(align.is_power_of_two());
     value.checked_add(align - 1).map(|v| v & !(align - 1))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every value type, nested arrays included, survives write then read,
+    /// and tensors land at aligned offsets after an aligned data section.
+    #[test]
+    fn every_value_type_round_trips() {
+        let metadata: Vec<(String, Value)> = vec![
+            ("u8".into(), Value::U8(200)),
+            ("i8".into(), Value::I8(-5)),
+            ("u16".into(), Value::U16(60000)),
+            ("i16".into(), Value::I16(-30000)),
+            ("u32".into(), Value::U32(4_000_000_000)),
+            ("i32".into(), Value::I32(-2_000_000_000)),
+            ("f32".into(), Value::F32(1.5)),
+            ("bool".into(), Value::Bool(true)),
+            ("string".into(), Value::String("héllo".into())),
+            ("u64".into(), Value::U64(u64::MAX)),
+            ("i64".into(), Value::I64(i64::MIN)),
+            ("f64".into(), Value::F64(-0.25)),
+            ("general.alignment".into(), Value::U32(64)),
+            ("a_u8".into(), Value::Array(Array::U8(vec![1, 2, 3]))),
+            ("a_i8".into(), Value::Array(Array::I8(vec![-1, 2]))),
+            ("a_u16".into(), Value::Array(Array::U16(vec![1, 65535]))),
+            ("a_i16".into(), Value::Array(Array::I16(vec![-1, 7]))),
+            ("a_u32".into(), Value::Array(Array::U32(vec![]))),
+            ("a_i32".into(), Value::Array(Array::I32(vec![-9]))),
+            ("a_f32".into(), Value::Array(Array::F32(vec![0.5, -2.0]))),
+            (
+                "a_bool".into(),
+                Value::Array(Array::Bool(vec![true, false])),
+            ),
+            (
+                "a_str".into(),
+                Value::Array(Array::String(vec!["a".into(), "".into()])),
+            ),
+            ("a_u64".into(), Value::Array(Array::U64(vec![u64::MAX]))),
+            ("a_i64".into(), Value::Array(Array::I64(vec![-1]))),
+            ("a_f64".into(), Value::Array(Array::F64(vec![1e300]))),
+            (
+                "nested".into(),
+                Value::Array(Array::Array(vec![
+                    Array::U32(vec![1, 2]),
+                    Array::String(vec!["x".into()]),
+                    Array::Array(vec![Array::Bool(vec![false])]),
+                ])),
+            ),
+        ];
+        let tensors = vec![
+            TensorDecl {
+                name: "t0".into(),
+                dims: vec![3, 5],
+                ggml_type: GGML_TYPE_I8,
+                bytes: 15,
+            },
+            TensorDecl {
+                name: "t1".into(),
+                dims: vec![7],
+                ggml_type: GGML_TYPE_I8,
+                bytes: 7,
+            },
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("all.gguf");
+        let mut w = GgufWriter::create(&path, &metadata, tensors).unwrap();
+        w.write(&[1u8; 15]).unwrap();
+        w.write(&[2u8; 7]).unwrap();
+        w.finish().unwrap();
+
+        let h = read_header(&path).unwrap();
+        assert_eq!(h.metadata, metadata);
+        assert_eq!(h.alignment, 64);
+        assert_eq!(h.data_start % 64, 0);
+        assert_eq!(h.tensors[0].offset, 0);
+        assert_eq!(h.tensors[1].offset, 64);
+        assert_eq!(h.tensors[1].dims, vec![7]);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len() as u64, h.data_start + 64 + 7);
+        let t1 = (h.data_start + 64) as usize;
+        assert_eq!(&bytes[t1..], &[2u8; 7]);
+        assert_eq!(
+            &bytes[h.data_start as usize..h.data_start as usize + 15],
+            &[1u8; 15]
+        );
+    }
+
+    #[test]
+    fn an_unfinished_writer_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.gguf");
+        let decl = TensorDecl {
+            name: "t".into(),
+            dims: vec![4],
+            ggml_type: GGML_TYPE_I8,
+            bytes: 4,
+        };
+        let mut w = GgufWriter::create(&path, &[], vec![decl.clone()]).unwrap();
+        w.write(&[0; 3]).unwrap();
+        assert!(w.finish().is_err(), "short tensor");
+        let w = GgufWriter::create(&path, &[], vec![decl]).unwrap();
+        drop(w);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
