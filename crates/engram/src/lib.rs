@@ -13,5 +13,7 @@ pub mod error;
 pub mod hash;
 pub mod layout;
 pub mod model;
+pub mod prefetch;
+pub mod stats;
 
 pub use error::{Error, Result};
