@@ -1,0 +1,231 @@
+//! Decode steps: both tables' reads issued when the token is known, each
+//! waited for at its own layer.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::pool::{PoolShared, Task};
+use super::read::ReadCtx;
+use super::ready::{InFlight, Ready};
+use super::ring::RingBuf;
+use super::source::{Priority, RowSource};
+use super::sync::lock;
+use crate::stats::{Phase, StatsRecorder};
+use crate::{Error, Result};
+
+/// One table's step buffer: the rows of the current step.
+struct StepTable {
+    /// Steps whose rows are in `buf` (the current step's number once read).
+    ready: Ready,
+    rows: Mutex<Vec<u64>>,
+    buf: RingBuf,
+    flight: InFlight,
+}
+
+/// A sequence's decode state shared with the step readers.
+pub(crate) struct StepJob {
+    id: u64,
+    tables: Vec<StepTable>,
+    row_bytes: Vec<usize>,
+    batch: bool,
+    source: Arc<dyn RowSource>,
+    stats: Arc<StatsRecorder>,
+}
+
+impl StepJob {
+    pub(crate) fn new(
+        id: u64,
+        cols: &[usize],
+        batch: bool,
+        source: &Arc<dyn RowSource>,
+        stats: &Arc<StatsRecorder>,
+    ) -> StepJob {
+        let row_bytes: Vec<usize> = (0..cols.len()).map(|t| source.row_bytes(t)).collect();
+        StepJob {
+            id,
+            tables: cols
+                .iter()
+                .zip(&row_bytes)
+                .map(|(&c, &rb)| StepTable {
+                    ready: Ready::new(),
+                    rows: Mutex::new(Vec::with_capacity(c)),
+                    buf: RingBuf::new(c * rb),
+                    flight: InFlight::new(),
+                })
+                .collect(),
+            row_bytes,
+            batch,
+            source: source.clone(),
+            stats: stats.clone(),
+        }
+    }
+
+    /// Reads the current step's rows of `table` into its buffer.
+    ///
+    /// Caller guarantees no view of the buffer is live and no other reader
+    /// runs (one step task at a time per table; views borrow the sequence
+    /// mutably and end before the next `step_begin`).
+    fn read(&self, table: usize) -> Result<()> {
+        let t = &self.tables[table];
+        let rows = lock(&t.rows).clone();
+        // SAFETY: per the caller's guarantee.
+        let out = unsafe { t.buf.slice_mut(0, t.buf.len()) };
+        ReadCtx {
+            source: &self.source,
+            stats: &self.stats,
+            phase: Phase::Decode,
+            priority: Priority::Demand,
+            batch: self.batch,
+        }
+        .read(table, &rows, out)
+    }
+
+    /// Starts step `step`: records its row ids and, with prefetch on, queues
+    /// its reads. Blocks only if the previous step's reads are still running
+    /// (the consumer skipped its wait), since they write the same buffer.
+    pub(crate) fn begin(
+        self: &Arc<Self>,
+        step: u32,
+        ids: &[u32],
+        prefetch: bool,
+        pool: &PoolShared,
+    ) -> Result<()> {
+        let cols = ids.len() / self.tables.len();
+        for (table, t) in self.tables.iter().enumerate() {
+            t.flight.wait_idle();
+            if let Some(e) = t.ready.error() {
+                return Err(super::ready::duplicate_error(&e));
+            }
+            if t.ready.is_cancelled() {
+                return Err(Error::Cancelled);
+            }
+            let mut rows = lock(&t.rows);
+            rows.clear();
+            rows.extend(
+                ids[table * cols..(table + 1) * cols]
+                    .iter()
+                    .map(|&r| u64::from(r)),
+            );
+        }
+        if prefetch {
+            for (table, t) in self.tables.iter().enumerate() {
+                t.flight.enter();
+                pool.submit_decode(Box::new(StepTask {
+                    job: self.clone(),
+                    table,
+                    step,
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Blocks until step `step`'s rows of `table` are read (reading them now
+    /// without prefetch) and returns them with the time blocked.
+    pub(crate) fn wait(
+        &self,
+        table: usize,
+        step: u32,
+        prefetch: bool,
+    ) -> Result<(&[u8], std::time::Duration)> {
+        let t = self.tables.get(table).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "table {table} out of range (the model has {})",
+                self.tables.len()
+            ))
+        })?;
+        let started = Instant::now();
+        if !prefetch && t.ready.count() < step {
+            if let Some(Err(e)) = t.ready.try_wait(step) {
+                return Err(e);
+            }
+            if let Err(e) = self.read(table) {
+                t.ready.fail(super::ready::duplicate_error(&e));
+                return Err(e);
+            }
+            t.ready.publish(step);
+        } else {
+            t.ready.wait(step)?;
+        }
+        let stall = started.elapsed();
+        // SAFETY: the step's rows are published and nobody writes the buffer
+        // until the next `begin`, which needs the sequence mutably.
+        let rows = unsafe { t.buf.slice(0, t.buf.len()) };
+        Ok((rows, stall))
+    }
+
+    /// Bytes per row of `table`.
+    pub(crate) fn row_bytes(&self, table: usize) -> usize {
+        self.row_bytes[table]
+    }
+
+    /// Cancels pending steps and waits until no reader touches the buffers.
+    pub(crate) fn cancel_and_join(&self, pool: &PoolShared) {
+        for t in &self.tables {
+            t.ready.cancel();
+        }
+        pool.cancel_owner(self.id);
+        for t in &self.tables {
+            t.flight.wait_idle();
+        }
+    }
+}
+
+struct StepTask {
+    job: Arc<StepJob>,
+    table: usize,
+    step: u32,
+}
+
+impl Task for StepTask {
+    fn run(self: Box<Self>) {
+        let t = &self.job.tables[self.table];
+        if !t.ready.is_cancelled() {
+            match self.job.read(self.table) {
+                Ok(()) => t.ready.publish(self.step),
+                Err(e) => t.ready.fail(e),
+            }
+        }
+        t.flight.leave();
+    }
+
+    fn abandon(self: Box<Self>) {
+        let t = &self.job.tables[self.table];
+        t.ready.cancel();
+        t.flight.leave();
+    }
+
+    fn owner(&self) -> u64 {
+        self.job.id
+    }
+}
+
+/// A speculative read into the row cache; errors are ignored (nobody waits
+/// on a hint) but the batch is counted under [`Phase::Hint`].
+pub(crate) struct HintTask {
+    pub owner: u64,
+    pub table: usize,
+    pub rows: Vec<u64>,
+    pub source: Arc<dyn RowSource>,
+    pub stats: Arc<StatsRecorder>,
+}
+
+impl Task for HintTask {
+    fn run(self: Box<Self>) {
+        let mut out = vec![0u8; self.rows.len() * self.source.row_bytes(self.table)];
+        let _ = ReadCtx {
+            source: &self.source,
+            stats: &self.stats,
+            phase: Phase::Hint,
+            priority: Priority::Hint,
+            batch: true,
+        }
+        .read(self.table, &self.rows, &mut out);
+    }
+
+    fn abandon(self: Box<Self>) {}
+
+    fn owner(&self) -> u64 {
+        self.owner
+    }
+}

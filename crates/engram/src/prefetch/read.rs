@@ -1,0 +1,70 @@
+//! Reading a list of rows into a buffer, batched or one at a time, with the
+//! stats recorded and a panicking source turned into an error.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use super::source::{BatchStats, Priority, RowSource};
+use crate::stats::{Phase, StatsRecorder};
+use crate::{Error, Result};
+
+/// Where a read's rows come from and where its stats go.
+pub(crate) struct ReadCtx<'a> {
+    pub source: &'a Arc<dyn RowSource>,
+    pub stats: &'a StatsRecorder,
+    pub phase: Phase,
+    pub priority: Priority,
+    /// `false`: one request per row (ENGRAM_BATCH=0).
+    pub batch: bool,
+}
+
+impl ReadCtx<'_> {
+    /// Reads `rows` of `table` into `out` (`rows.len() * row_bytes` bytes).
+    pub(crate) fn read(&self, table: usize, rows: &[u64], out: &mut [u8]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.read_unguarded(table, rows, out)));
+        outcome.unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            Err(Error::io(
+                format!("row source {}", self.source.name()),
+                std::io::Error::other(format!("reading table {table} panicked: {message}")),
+            ))
+        })
+    }
+
+    fn read_unguarded(&self, table: usize, rows: &[u64], out: &mut [u8]) -> Result<()> {
+        if self.batch {
+            let stats = self.source.read_rows_at(table, rows, out, self.priority)?;
+            self.stats.record_batch(self.phase, table, &stats);
+            return Ok(());
+        }
+        let row_bytes = out.len() / rows.len();
+        let mut total = BatchStats::default();
+        for (row, dst) in rows.iter().zip(out.chunks_exact_mut(row_bytes)) {
+            let one =
+                self.source
+                    .read_rows_at(table, std::slice::from_ref(row), dst, self.priority)?;
+            merge(&mut total, &one);
+        }
+        self.stats.record_batch(self.phase, table, &total);
+        Ok(())
+    }
+}
+
+fn merge(total: &mut BatchStats, one: &BatchStats) {
+    total.rows_requested += one.rows_requested;
+    total.rows_unique += one.rows_unique;
+    total.cache_hits += one.cache_hits;
+    total.reads_issued += one.reads_issued;
+    total.bytes_read += one.bytes_read;
+    total.elapsed += one.elapsed;
+    total
+        .read_latencies_ns
+        .extend_from_slice(&one.read_latencies_ns);
+}
