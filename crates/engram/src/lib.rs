@@ -8,9 +8,11 @@
 
 #![deny(missing_docs)]
 
+pub mod cache;
 pub mod codec;
 pub mod error;
 pub mod hash;
+pub mod io;
 pub mod layout;
 pub mod model;
 pub mod prefetch;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::prefetch::source::BatchStats;
+use crate::io::BatchStats;
 
 /// Mean, percentiles and maximum of a latency distribution, in microseconds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

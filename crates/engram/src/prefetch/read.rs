@@ -50,21 +50,9 @@ impl ReadCtx<'_> {
             let one =
                 self.source
                     .read_rows_at(table, std::slice::from_ref(row), dst, self.priority)?;
-            merge(&mut total, &one);
+            total.merge(&one);
         }
         self.stats.record_batch(self.phase, table, &total);
         Ok(())
     }
-}
-
-fn merge(total: &mut BatchStats, one: &BatchStats) {
-    total.rows_requested += one.rows_requested;
-    total.rows_unique += one.rows_unique;
-    total.cache_hits += one.cache_hits;
-    total.reads_issued += one.reads_issued;
-    total.bytes_read += one.bytes_read;
-    total.elapsed += one.elapsed;
-    total
-        .read_latencies_ns
-        .extend_from_slice(&one.read_latencies_ns);
 }

@@ -1,0 +1,221 @@
+//! The session row cache: rows read once are served from RAM, within a byte
+//! budget.
+//!
+//! Built on `quick_cache` (sync, sharded, weighted): a maintained
+//! concurrent cache whose S3-FIFO-style policy keeps a small probation queue
+//! and ghost history, so one long scan of one-off rows (a prefill of new
+//! text) does not flush the hot bigram rows that repeat across prompts; it
+//! weighs entries, which a byte budget needs; and it is pure Rust. Entries
+//! are keyed `(table, row)` and hold the delivered row bytes, so results
+//! are bit-identical with and without the cache.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use quick_cache::sync::Cache;
+use quick_cache::Weighter;
+
+use crate::io::{BatchStats, Priority, RowSource};
+use crate::{Error, Result};
+
+/// Bytes an entry costs beyond its row bytes: the key, the `Arc` header and
+/// the cache's slot (an estimate, so the budget bounds real memory).
+const ENTRY_OVERHEAD: u64 = 64;
+
+/// Weighs a cached row by its bytes plus per-entry overhead.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RowWeighter;
+
+impl Weighter<(u32, u64), Arc<[u8]>> for RowWeighter {
+    fn weight(&self, _key: &(u32, u64), row: &Arc<[u8]>) -> u64 {
+        row.len() as u64 + ENTRY_OVERHEAD
+    }
+}
+
+/// A concurrent row cache with a byte budget, and its hit/miss counters.
+pub struct RowCache {
+    rows: Cache<(u32, u64), Arc<[u8]>, RowWeighter>,
+    budget: u64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl RowCache {
+    /// A cache holding at most about `budget_bytes` of rows (`row_bytes`
+    /// sizes the index up front; any row size is accepted).
+    pub fn new(budget_bytes: u64, row_bytes: usize) -> RowCache {
+        let per_entry = row_bytes as u64 + ENTRY_OVERHEAD;
+        let items = (budget_bytes / per_entry).clamp(16, 1 << 26) as usize;
+        RowCache {
+            rows: Cache::with_weighter(items, budget_bytes.max(1), RowWeighter),
+            budget: budget_bytes,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// The byte budget.
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Bytes (weight) held now.
+    pub fn bytes(&self) -> u64 {
+        self.rows.weight()
+    }
+
+    /// Rows held now.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether no row is held.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Distinct rows served from the cache so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Distinct rows that had to be read so far.
+    pub fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
+    }
+
+    /// The cached bytes of `row` of `table`, if held.
+    pub fn get(&self, table: usize, row: u64) -> Option<Arc<[u8]>> {
+        self.rows.get(&(table as u32, row))
+    }
+
+    /// Stores `bytes` as `row` of `table`.
+    pub fn insert(&self, table: usize, row: u64, bytes: &[u8]) {
+        self.rows.insert((table as u32, row), Arc::from(bytes));
+    }
+}
+
+/// A [`RowSource`] that serves rows from a [`RowCache`] and reads only the
+/// misses, in one batch, through the inner source.
+pub struct CachedSource<S> {
+    inner: S,
+    cache: Arc<RowCache>,
+}
+
+impl<S: RowSource> CachedSource<S> {
+    /// Wraps `inner` with `cache` (shareable, e.g. across sequences of one
+    /// session).
+    pub fn new(inner: S, cache: Arc<RowCache>) -> CachedSource<S> {
+        CachedSource { inner, cache }
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &Arc<RowCache> {
+        &self.cache
+    }
+
+    /// The wrapped source.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: RowSource> RowSource for CachedSource<S> {
+    fn name(&self) -> String {
+        format!("cached({})", self.inner.name())
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn table_rows(&self, table: usize) -> u64 {
+        self.inner.table_rows(table)
+    }
+
+    fn row_bytes(&self, table: usize) -> usize {
+        self.inner.row_bytes(table)
+    }
+
+    fn read_rows_at(
+        &self,
+        table: usize,
+        rows: &[u64],
+        out: &mut [u8],
+        priority: Priority,
+    ) -> Result<BatchStats> {
+        let started = Instant::now();
+        if table >= self.inner.tables() {
+            return Err(Error::InvalidArgument(format!(
+                "table {table} does not exist ({} tables)",
+                self.inner.tables()
+            )));
+        }
+        let row_bytes = self.inner.row_bytes(table);
+        crate::io::batch::check_out_len(table, rows.len(), row_bytes, out.len())?;
+        let table_rows = self.inner.table_rows(table);
+        if let Some(&bad) = rows.iter().find(|&&r| r >= table_rows) {
+            return Err(Error::InvalidArgument(format!(
+                "row {bad} of table {table} is out of range (the table has {table_rows} rows)"
+            )));
+        }
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_unstable_by_key(|&i| rows[i]);
+        let groups = group_runs(rows, &order);
+        // Hits are copied out now; misses are collected for one read.
+        let mut missing: Vec<(u64, &[usize])> = Vec::new();
+        for &(row, positions) in &groups {
+            match self.cache.get(table, row) {
+                Some(bytes) => scatter_row(&bytes, positions, row_bytes, out),
+                None => missing.push((row, positions)),
+            }
+        }
+        let hits = (groups.len() - missing.len()) as u64;
+        self.cache.hits.fetch_add(hits, Ordering::Relaxed);
+        self.cache
+            .misses
+            .fetch_add(missing.len() as u64, Ordering::Relaxed);
+        let mut stats = BatchStats::default();
+        if !missing.is_empty() {
+            let ids: Vec<u64> = missing.iter().map(|&(row, _)| row).collect();
+            let mut fetched = vec![0u8; ids.len() * row_bytes];
+            stats = self
+                .inner
+                .read_rows_at(table, &ids, &mut fetched, priority)?;
+            for (k, &(row, positions)) in missing.iter().enumerate() {
+                let bytes = &fetched[k * row_bytes..(k + 1) * row_bytes];
+                scatter_row(bytes, positions, row_bytes, out);
+                self.cache.insert(table, row, bytes);
+            }
+        }
+        stats.rows_requested = rows.len() as u64;
+        stats.rows_unique = groups.len() as u64;
+        stats.cache_hits = hits;
+        stats.elapsed = started.elapsed();
+        Ok(stats)
+    }
+}
+
+/// Groups request positions (sorted by row in `order`) into runs of one row.
+fn group_runs<'a>(rows: &[u64], order: &'a [usize]) -> Vec<(u64, &'a [usize])> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        let row = rows[order[start]];
+        let end = start
+            + order[start..]
+                .iter()
+                .take_while(|&&i| rows[i] == row)
+                .count();
+        groups.push((row, &order[start..end]));
+        start = end;
+    }
+    groups
+}
+
+fn scatter_row(bytes: &[u8], positions: &[usize], row_bytes: usize, out: &mut [u8]) {
+    for &i in positions {
+        out[i * row_bytes..(i + 1) * row_bytes].copy_from_slice(bytes);
+    }
+}

@@ -1,0 +1,287 @@
+//! Row I/O: every way this crate reads Engram rows from storage, behind one
+//! small object-safe trait, [`RowSource`].
+//!
+//! The split follows the engine/device separation of storage engines such as
+//! foyer: the part that knows *what* to read (validation, sort by offset,
+//! dedup, page coalescing, bounded sub-batches, scatter back into request
+//! order: [`plan`] and [`batch`]) is written once, and a small internal
+//! engine trait knows only *how* to read a list of `(file, offset, length)`
+//! spans. Engines:
+//!
+//! - [`psync`]: a persistent pool of reader threads doing `pread`;
+//! - `uring` (Linux): one io_uring ring with a deep queue kept full;
+//! - [`mmap`]: the lazy-mmap baseline (page faults on access), for comparison.
+//!
+//! Platform cache control lives in [`cachectl`]; a fault-injecting file layer
+//! for tests in [`fault`]. [`open_source`] picks a backend per platform.
+
+pub mod batch;
+pub mod cachectl;
+pub mod fault;
+pub mod files;
+pub mod mmap;
+pub mod plan;
+pub mod psync;
+pub mod stats;
+#[cfg(target_os = "linux")]
+pub mod uring;
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+pub use batch::BatchSource;
+pub use stats::BatchStats;
+
+use crate::model::TableLocation;
+use crate::{Error, Result};
+
+/// Device page size rows are coalesced on, and the alignment of `O_DIRECT`.
+pub const PAGE: u64 = 4096;
+
+/// How urgently a batch is needed.
+///
+/// Demand reads are what a consumer is (or soon will be) blocked on; hint
+/// reads are speculative (rows a draft or lookup predicts) and must never
+/// delay demand reads. Backends serve demand work first and give hint work
+/// only a bounded share of their depth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Priority {
+    /// Needed now: served first.
+    #[default]
+    Demand,
+    /// Speculative: served with what demand work leaves free.
+    Hint,
+}
+
+/// A source of Engram rows: one or more tables of fixed-size rows.
+///
+/// Object safe, `Send + Sync`: a scheduler calls [`RowSource::read_rows`]
+/// concurrently from one thread per table.
+pub trait RowSource: Send + Sync {
+    /// A short name of the backend (`psync`, `uring`, `mmap`, `cached(..)`).
+    fn name(&self) -> String;
+
+    /// Number of tables.
+    fn tables(&self) -> usize;
+
+    /// Rows in `table` (valid row ids are `0..table_rows`).
+    fn table_rows(&self, table: usize) -> u64;
+
+    /// Bytes per delivered row of `table` (for split tables: values + scales).
+    fn row_bytes(&self, table: usize) -> usize;
+
+    /// Reads `rows` of `table` at `priority` into `out`, in request order:
+    /// row `rows[i]` lands at `out[i * row_bytes..(i + 1) * row_bytes]`.
+    /// Ids may repeat and come in any order. `out` must be exactly
+    /// `rows.len() * row_bytes` long. A row id outside the table is an
+    /// [`Error::InvalidArgument`]; a failed read is an [`Error::RowRead`]
+    /// naming the table, a row and the file offset.
+    fn read_rows_at(
+        &self,
+        table: usize,
+        rows: &[u64],
+        out: &mut [u8],
+        priority: Priority,
+    ) -> Result<BatchStats>;
+
+    /// [`RowSource::read_rows_at`] at [`Priority::Demand`].
+    fn read_rows(&self, table: usize, rows: &[u64], out: &mut [u8]) -> Result<BatchStats> {
+        self.read_rows_at(table, rows, out, Priority::Demand)
+    }
+}
+
+impl<S: RowSource + ?Sized> RowSource for Arc<S> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn tables(&self) -> usize {
+        (**self).tables()
+    }
+    fn table_rows(&self, table: usize) -> u64 {
+        (**self).table_rows(table)
+    }
+    fn row_bytes(&self, table: usize) -> usize {
+        (**self).row_bytes(table)
+    }
+    fn read_rows_at(
+        &self,
+        table: usize,
+        rows: &[u64],
+        out: &mut [u8],
+        priority: Priority,
+    ) -> Result<BatchStats> {
+        (**self).read_rows_at(table, rows, out, priority)
+    }
+}
+
+/// Which backend to read with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// The platform's best: io_uring on Linux when the kernel allows it,
+    /// else the pread pool.
+    #[default]
+    Auto,
+    /// Persistent pread thread pool.
+    Psync,
+    /// io_uring (Linux only).
+    Uring,
+    /// Lazy mmap, rows copied out (the baseline).
+    Mmap,
+}
+
+impl Backend {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Psync => "psync",
+            Backend::Uring => "uring",
+            Backend::Mmap => "mmap",
+        }
+    }
+}
+
+impl FromStr for Backend {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Backend> {
+        match s {
+            "auto" => Ok(Backend::Auto),
+            "psync" => Ok(Backend::Psync),
+            "uring" | "io_uring" => Ok(Backend::Uring),
+            "mmap" => Ok(Backend::Mmap),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown I/O backend {other:?} (expected auto, psync, uring or mmap)"
+            ))),
+        }
+    }
+}
+
+/// Configuration of a row source.
+#[derive(Debug, Clone)]
+pub struct IoConfig {
+    /// Backend to use.
+    pub backend: Backend,
+    /// Reads in flight at once: pool threads (psync) or queue depth (uring).
+    pub depth: usize,
+    /// Bypass the page cache: `O_DIRECT` on Linux, `F_NOCACHE` on macOS.
+    /// Reads then cover whole aligned pages through aligned bounce buffers.
+    pub direct: bool,
+    /// Tell the kernel access is random (`POSIX_FADV_RANDOM`, `MADV_RANDOM`)
+    /// so it does not read ahead around each row.
+    pub advise_random: bool,
+    /// Upper bound on the bounce memory of one batch; larger batches are
+    /// processed in sub-batches of about this size.
+    pub max_batch_bytes: usize,
+    /// Largest single read; longer coalesced runs are split.
+    pub max_read_bytes: usize,
+}
+
+impl Default for IoConfig {
+    fn default() -> Self {
+        IoConfig {
+            backend: Backend::Auto,
+            depth: 64,
+            direct: false,
+            advise_random: true,
+            max_batch_bytes: 16 << 20,
+            max_read_bytes: 128 << 10,
+        }
+    }
+}
+
+impl IoConfig {
+    /// Checks the values are usable.
+    pub fn validate(&self) -> Result<()> {
+        if self.depth == 0 || self.depth > 4096 {
+            return Err(Error::InvalidArgument(format!(
+                "I/O depth {} out of range 1..=4096",
+                self.depth
+            )));
+        }
+        if self.max_read_bytes < PAGE as usize || self.max_batch_bytes < self.max_read_bytes {
+            return Err(Error::InvalidArgument(format!(
+                "max_read_bytes {} must be >= {PAGE} and <= max_batch_bytes {}",
+                self.max_read_bytes, self.max_batch_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// An opened row source and, when the automatic choice had to fall back,
+/// why.
+pub struct Opened {
+    /// The source.
+    pub source: Arc<dyn RowSource>,
+    /// The backend actually used.
+    pub backend: Backend,
+    /// A note for the user when the requested backend was not available.
+    pub note: Option<String>,
+}
+
+/// Opens a row source over `tables` with the configured backend.
+///
+/// `Backend::Auto` is io_uring on Linux when a ring can be set up (seccomp
+/// or `io_uring_disabled` can forbid it), else the pread pool; on macOS the
+/// pread pool.
+pub fn open_source(tables: &[TableLocation], config: &IoConfig) -> Result<Opened> {
+    config.validate()?;
+    let files = Arc::new(files::TableFiles::open(tables, config)?);
+    match config.backend {
+        Backend::Psync => Ok(opened(psync_source(files, config)?, Backend::Psync, None)),
+        Backend::Mmap => {
+            let engine = mmap::MmapEngine::new(&files, config.advise_random)?;
+            Ok(opened(
+                BatchSource::new(files, engine, config),
+                Backend::Mmap,
+                None,
+            ))
+        }
+        Backend::Uring => open_uring(files, config).map(|s| opened(s, Backend::Uring, None)),
+        Backend::Auto => match open_uring(files.clone(), config) {
+            Ok(s) => Ok(opened(s, Backend::Uring, None)),
+            Err(e) => Ok(opened(
+                psync_source(files, config)?,
+                Backend::Psync,
+                Some(format!("io_uring unavailable ({e}); using the pread pool")),
+            )),
+        },
+    }
+}
+
+fn opened<S: RowSource + 'static>(source: S, backend: Backend, note: Option<String>) -> Opened {
+    Opened {
+        source: Arc::new(source),
+        backend,
+        note,
+    }
+}
+
+fn psync_source(
+    files: Arc<files::TableFiles>,
+    config: &IoConfig,
+) -> Result<BatchSource<psync::PsyncEngine>> {
+    let engine = psync::PsyncEngine::new(files.positional(), config.depth, files.direct)
+        .map_err(|e| Error::io("pread pool", e))?;
+    Ok(BatchSource::new(files, engine, config))
+}
+
+#[cfg(target_os = "linux")]
+fn open_uring(
+    files: Arc<files::TableFiles>,
+    config: &IoConfig,
+) -> Result<BatchSource<uring::UringEngine>> {
+    let engine = uring::UringEngine::new(files.clone(), config.depth)?;
+    Ok(BatchSource::new(files, engine, config))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_uring(
+    files: Arc<files::TableFiles>,
+    config: &IoConfig,
+) -> Result<BatchSource<psync::PsyncEngine>> {
+    let _ = (files, config);
+    Err(Error::InvalidArgument(
+        "the uring backend needs Linux".to_string(),
+    ))
+}

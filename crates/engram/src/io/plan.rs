@@ -1,0 +1,267 @@
+//! Turning a request (row ids in any order, with duplicates) into reads.
+//!
+//! Rows are grouped by id (one read per distinct row), taken in file-offset
+//! order, and rows whose bytes share a device page ([`PAGE`]) are coalesced
+//! into one read. Work is cut into sub-batches whose bounce memory stays
+//! under a configured bound, so a huge request never allocates in
+//! proportion to its length beyond its own index arrays.
+
+use super::files::{TableFiles, TableSpec};
+use super::PAGE;
+use crate::{Error, Result};
+
+/// One read of a contiguous span of a file into the bounce buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadOp {
+    /// File index in [`TableFiles::files`].
+    pub file: usize,
+    /// Byte offset of the read.
+    pub offset: u64,
+    /// Bytes to read (page multiple when the files are opened direct).
+    pub len: usize,
+    /// Bytes that must arrive; a read may end early (end of file) only after
+    /// these. `need <= len`.
+    pub need: usize,
+    /// Where the read lands in the bounce buffer.
+    pub buf_off: usize,
+}
+
+/// A request grouped by row id.
+#[derive(Debug)]
+pub struct Request {
+    /// Request positions sorted by row id.
+    order: Vec<u32>,
+    /// Distinct row ids in increasing order, with where their requesters
+    /// start in `order`.
+    uniques: Vec<(u64, u32)>,
+}
+
+impl Request {
+    /// Validates `rows` against `spec` and groups them.
+    pub fn new(table: usize, spec: &TableSpec, rows: &[u64]) -> Result<Request> {
+        if rows.len() > u32::MAX as usize {
+            return Err(Error::InvalidArgument(format!(
+                "{} rows in one batch; at most {} allowed",
+                rows.len(),
+                u32::MAX
+            )));
+        }
+        if let Some(&bad) = rows.iter().find(|&&r| r >= spec.rows) {
+            return Err(Error::InvalidArgument(format!(
+                "row {bad} of table {table} is out of range (the table has {} rows)",
+                spec.rows
+            )));
+        }
+        let mut order: Vec<u32> = (0..rows.len() as u32).collect();
+        order.sort_unstable_by_key(|&i| rows[i as usize]);
+        let mut uniques: Vec<(u64, u32)> = Vec::new();
+        for (pos, &i) in order.iter().enumerate() {
+            let row = rows[i as usize];
+            if uniques.last().map(|&(r, _)| r) != Some(row) {
+                uniques.push((row, pos as u32));
+            }
+        }
+        Ok(Request { order, uniques })
+    }
+
+    /// Number of distinct rows.
+    pub fn unique_rows(&self) -> usize {
+        self.uniques.len()
+    }
+
+    /// Row id of distinct row `u`.
+    pub fn row(&self, u: usize) -> u64 {
+        self.uniques[u].0
+    }
+
+    /// Request positions that asked for distinct row `u`.
+    pub fn requesters(&self, u: usize) -> &[u32] {
+        let start = self.uniques[u].1 as usize;
+        let end = self
+            .uniques
+            .get(u + 1)
+            .map_or(self.order.len(), |&(_, s)| s as usize);
+        &self.order[start..end]
+    }
+}
+
+/// The reads for a range of distinct rows, and where each row part lands.
+#[derive(Debug)]
+pub struct SubBatch {
+    /// Distinct rows covered: `first..first + places.len() / parts`.
+    pub first: usize,
+    /// Distinct rows covered.
+    pub count: usize,
+    /// Reads, with increasing, disjoint bounce ranges.
+    pub ops: Vec<ReadOp>,
+    /// For distinct row `first + k` and part `p`: `(op, offset in op)` at
+    /// index `k * parts + p`.
+    pub places: Vec<(u32, u32)>,
+    /// Bounce buffer bytes needed.
+    pub buf_len: usize,
+}
+
+/// Limits of a plan.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanLimits {
+    /// Reads cover whole aligned pages (direct I/O).
+    pub align: bool,
+    /// Longest coalesced read.
+    pub max_read: usize,
+    /// Bounce memory bound of one sub-batch.
+    pub max_batch: usize,
+}
+
+/// A read being grown by coalescing.
+#[derive(Debug, Clone, Copy)]
+struct OpenRead {
+    op: usize,
+    start: u64,
+    end: u64,
+}
+
+fn align_down(x: u64) -> u64 {
+    x & !(PAGE - 1)
+}
+
+fn align_up(x: u64) -> u64 {
+    x.div_ceil(PAGE) * PAGE
+}
+
+/// Bounce bytes a read of `[start, end)` takes.
+fn footprint(start: u64, end: u64, align: bool) -> usize {
+    if align {
+        (align_up(end) - start) as usize
+    } else {
+        ((end - start) as usize).next_multiple_of(8)
+    }
+}
+
+/// Plans the sub-batch of distinct rows starting at `first`.
+pub fn sub_batch(
+    spec: &TableSpec,
+    request: &Request,
+    first: usize,
+    limits: PlanLimits,
+) -> SubBatch {
+    let parts = spec.parts.len();
+    let mut ops: Vec<ReadOp> = Vec::new();
+    let mut places: Vec<(u32, u32)> = Vec::new();
+    let mut open: Vec<Option<OpenRead>> = vec![None; parts];
+    let mut cost = 0usize;
+    let mut u = first;
+    while u < request.unique_rows() {
+        let row = request.row(u);
+        // Decide per part whether the row extends the open read, and what
+        // that costs in bounce memory, before committing anything.
+        let mut extends = [false; 2];
+        let mut delta = 0usize;
+        for (p, part) in spec.parts.iter().enumerate() {
+            let (a, b) = (part.offset_of(row), part.offset_of(row) + part.bytes as u64);
+            match open[p] {
+                Some(cur)
+                    if a / PAGE <= (cur.end - 1) / PAGE
+                        && footprint(cur.start, b, limits.align) <= limits.max_read =>
+                {
+                    extends[p] = true;
+                    delta += footprint(cur.start, b, limits.align)
+                        - footprint(cur.start, cur.end, limits.align);
+                }
+                _ => {
+                    let start = if limits.align { align_down(a) } else { a };
+                    delta += footprint(start, b, limits.align);
+                }
+            }
+        }
+        if u > first && cost + delta > limits.max_batch {
+            break;
+        }
+        cost += delta;
+        for (p, part) in spec.parts.iter().enumerate() {
+            let (a, b) = (part.offset_of(row), part.offset_of(row) + part.bytes as u64);
+            let cur = match open[p] {
+                Some(mut cur) if extends[p] => {
+                    cur.end = b;
+                    cur
+                }
+                _ => {
+                    let start = if limits.align { align_down(a) } else { a };
+                    ops.push(ReadOp {
+                        file: part.file,
+                        offset: start,
+                        len: 0,
+                        need: 0,
+                        buf_off: 0,
+                    });
+                    OpenRead {
+                        op: ops.len() - 1,
+                        start,
+                        end: b,
+                    }
+                }
+            };
+            open[p] = Some(cur);
+            let op = &mut ops[cur.op];
+            op.need = (cur.end - cur.start) as usize;
+            op.len = if limits.align {
+                footprint(cur.start, cur.end, true)
+            } else {
+                op.need
+            };
+            places.push((cur.op as u32, (a - cur.start) as u32));
+        }
+        u += 1;
+    }
+    let mut buf_len = 0usize;
+    for op in &mut ops {
+        op.buf_off = buf_len;
+        buf_len += footprint(op.offset, op.offset + op.len as u64, limits.align);
+    }
+    SubBatch {
+        first,
+        count: u - first,
+        ops,
+        places,
+        buf_len,
+    }
+}
+
+/// Checks reads stay inside a bounce buffer of `buf_len` bytes, in
+/// increasing disjoint ranges, with `need <= len`. Engines call this before
+/// handing ranges of one buffer to several threads or to the kernel.
+pub fn check_ops(ops: &[ReadOp], buf_len: usize) -> std::io::Result<()> {
+    let mut floor = 0usize;
+    for (i, op) in ops.iter().enumerate() {
+        let end = op.buf_off.checked_add(op.len);
+        let ok = op.need <= op.len && op.buf_off >= floor && end.is_some_and(|e| e <= buf_len);
+        if !ok {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("read {i} ({op:?}) overlaps another or leaves the {buf_len}-byte buffer"),
+            ));
+        }
+        floor = op.buf_off + op.len;
+    }
+    Ok(())
+}
+
+/// The first distinct row of `batch` that part of read `op` holds, with the
+/// file path and the row's file offset, for error messages.
+pub fn row_of_op<'a>(
+    files: &'a TableFiles,
+    spec: &TableSpec,
+    request: &Request,
+    batch: &SubBatch,
+    op: usize,
+) -> (u64, &'a std::path::Path, u64) {
+    let parts = spec.parts.len();
+    for (k, chunk) in batch.places.chunks(parts).enumerate() {
+        if let Some(p) = chunk.iter().position(|&(o, _)| o as usize == op) {
+            let row = request.row(batch.first + k);
+            let part = &spec.parts[p];
+            return (row, &files.files[part.file].path, part.offset_of(row));
+        }
+    }
+    let read = &batch.ops[op];
+    (0, &files.files[read.file].path, read.offset)
+}

@@ -1,0 +1,440 @@
+//! The io_uring engine (Linux): one ring, owned by one submission thread,
+//! kept as full as the work allows.
+//!
+//! Callers hand a batch to the ring thread and block until it replies. The
+//! thread interleaves every active batch (two tables read concurrently
+//! share the ring), fills the submission queue up to its depth, serves
+//! demand batches first and caps hint batches at a quarter of the depth,
+//! continues short reads from where they stopped, retries `EINTR`/`EAGAIN`
+//! and turns any other completion error into the batch's error. A batch is
+//! answered only when none of its reads is still in the kernel.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use io_uring::{opcode, types, IoUring};
+
+use super::batch::{eof_error, BounceBuf, OpError, ReadEngine};
+use super::files::TableFiles;
+use super::plan::{check_ops, ReadOp};
+use super::{Priority, PAGE};
+use crate::{Error, Result};
+
+/// Consecutive retries of one read on `EINTR`/`EAGAIN` (without progress)
+/// before it counts as failed.
+const MAX_RETRIES: u32 = 1000;
+
+/// One batch handed to the ring thread.
+struct Submission {
+    ops: Vec<ReadOp>,
+    buf: *mut u8,
+    priority: Priority,
+    reply: Sender<Reply>,
+}
+
+// SAFETY: `buf` points into the caller's bounce buffer; the caller blocks
+// until the ring thread replies, and the reply is sent only when no read of
+// the batch is in the kernel (or the buffer is to be leaked).
+unsafe impl Send for Submission {}
+
+/// The ring thread's answer.
+struct Reply {
+    latencies_ns: Vec<u64>,
+    failure: Option<OpError>,
+    /// The kernel may still write into the buffer: never free it.
+    leak: bool,
+}
+
+/// Progress of one read.
+#[derive(Clone, Copy)]
+struct OpState {
+    got: usize,
+    retries: u32,
+    started: Option<Instant>,
+}
+
+/// A batch the ring thread is working on.
+struct Active {
+    sub: Submission,
+    /// Next read never submitted.
+    next: usize,
+    /// Reads to (re)submit before new ones: continuations and retries.
+    again: VecDeque<usize>,
+    in_flight: usize,
+    state: Vec<OpState>,
+    latencies_ns: Vec<u64>,
+    failure: Option<OpError>,
+}
+
+impl Active {
+    fn has_work(&self) -> bool {
+        self.failure.is_none() && (!self.again.is_empty() || self.next < self.sub.ops.len())
+    }
+
+    fn finished(&self) -> bool {
+        self.in_flight == 0 && !self.has_work()
+    }
+
+    fn fail(&mut self, op: usize, error: io::Error) {
+        if self.failure.as_ref().is_none_or(|f| f.op > op) {
+            self.failure = Some(OpError { op, error });
+        }
+    }
+}
+
+/// An io_uring engine with one ring of `depth` entries.
+pub struct UringEngine {
+    tx: Option<Sender<Submission>>,
+    thread: Option<JoinHandle<()>>,
+    depth: usize,
+    // Keeps the descriptors the ring reads open for the thread's lifetime.
+    _files: Arc<TableFiles>,
+}
+
+impl UringEngine {
+    /// Sets up a ring of `depth` entries over `files` and checks it works
+    /// (a `NOP` round trip): seccomp filters or `io_uring_disabled` can
+    /// allow setup yet refuse submission.
+    pub fn new(files: Arc<TableFiles>, depth: usize) -> Result<UringEngine> {
+        let depth = depth.clamp(1, 4096);
+        let setup = |e: io::Error| Error::io("io_uring", e);
+        let mut ring = IoUring::new(depth as u32).map_err(setup)?;
+        probe(&mut ring).map_err(setup)?;
+        let fds = files.raw_fds();
+        let direct = files.direct;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let thread = std::thread::Builder::new()
+            .name("engram-uring".into())
+            .spawn(move || RingLoop::new(ring, fds, direct, depth).run(&rx))
+            .map_err(setup)?;
+        Ok(UringEngine {
+            tx: Some(tx),
+            thread: Some(thread),
+            depth,
+            _files: files,
+        })
+    }
+}
+
+/// Submits a `NOP` and waits for its completion.
+fn probe(ring: &mut IoUring) -> io::Result<()> {
+    let nop = opcode::Nop::new().build().user_data(u64::MAX);
+    // SAFETY: a NOP references no memory.
+    unsafe { ring.submission().push(&nop) }
+        .map_err(|_| io::Error::other("submission queue full"))?;
+    ring.submit_and_wait(1)?;
+    let cqe = ring
+        .completion()
+        .next()
+        .ok_or_else(|| io::Error::other("no completion for NOP"))?;
+    if cqe.result() < 0 {
+        return Err(io::Error::from_raw_os_error(-cqe.result()));
+    }
+    Ok(())
+}
+
+impl ReadEngine for UringEngine {
+    fn name(&self) -> &'static str {
+        "uring"
+    }
+
+    fn depth(&self) -> usize {
+        self.depth
+    }
+
+    fn execute(
+        &self,
+        ops: &[ReadOp],
+        buf: &mut BounceBuf,
+        priority: Priority,
+        latencies_ns: &mut Vec<u64>,
+    ) -> std::result::Result<(), OpError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let slice = buf.as_mut_slice();
+        check_ops(ops, slice.len()).map_err(|error| OpError { op: 0, error })?;
+        let gone = || OpError {
+            op: 0,
+            error: io::Error::other("io_uring thread is gone"),
+        };
+        let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
+        let sub = Submission {
+            ops: ops.to_vec(),
+            buf: slice.as_mut_ptr(),
+            priority,
+            reply: reply_tx,
+        };
+        self.tx
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(sub)
+            .map_err(|_| gone())?;
+        // The thread drops the reply sender only after replying or when it
+        // never took the batch (it exited before receiving it).
+        let reply = reply_rx.recv().map_err(|_| gone())?;
+        if reply.leak {
+            buf.leak();
+        }
+        latencies_ns.extend_from_slice(&reply.latencies_ns);
+        reply.failure.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for UringEngine {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The ring thread's state.
+struct RingLoop {
+    ring: IoUring,
+    fds: Vec<std::os::fd::RawFd>,
+    direct: bool,
+    depth: usize,
+    hint_cap: usize,
+    slots: Vec<Option<Active>>,
+    in_flight: usize,
+    hint_in_flight: usize,
+    closed: bool,
+}
+
+impl RingLoop {
+    fn new(ring: IoUring, fds: Vec<std::os::fd::RawFd>, direct: bool, depth: usize) -> RingLoop {
+        RingLoop {
+            ring,
+            fds,
+            direct,
+            depth,
+            hint_cap: (depth / 4).max(1),
+            slots: Vec::new(),
+            in_flight: 0,
+            hint_in_flight: 0,
+            closed: false,
+        }
+    }
+
+    fn run(mut self, rx: &Receiver<Submission>) {
+        loop {
+            if !self.intake(rx) {
+                return;
+            }
+            self.fill();
+            if self.in_flight > 0 {
+                if let Err(e) = self.submit_and_wait() {
+                    self.break_down(e);
+                    return;
+                }
+                self.reap();
+            }
+            self.answer_finished();
+        }
+    }
+
+    /// Takes new batches: blocks when idle, polls otherwise. False when the
+    /// engine is dropped and nothing is left to do.
+    fn intake(&mut self, rx: &Receiver<Submission>) -> bool {
+        let idle = self.in_flight == 0 && !self.slots.iter().flatten().any(Active::has_work);
+        if idle && !self.closed {
+            match rx.recv() {
+                Ok(sub) => self.add(sub),
+                Err(_) => self.closed = true,
+            }
+        }
+        loop {
+            match rx.try_recv() {
+                Ok(sub) => self.add(sub),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    self.closed = true;
+                    break;
+                }
+            }
+        }
+        !(self.closed && self.slots.iter().all(Option::is_none))
+    }
+
+    fn add(&mut self, sub: Submission) {
+        let n = sub.ops.len();
+        let active = Active {
+            sub,
+            next: 0,
+            again: VecDeque::new(),
+            in_flight: 0,
+            state: vec![
+                OpState {
+                    got: 0,
+                    retries: 0,
+                    started: None
+                };
+                n
+            ],
+            latencies_ns: Vec::with_capacity(n),
+            failure: None,
+        };
+        match self.slots.iter().position(Option::is_none) {
+            Some(i) => self.slots[i] = Some(active),
+            None => self.slots.push(Some(active)),
+        }
+    }
+
+    /// Pushes reads until the queue holds `depth`: demand batches first.
+    fn fill(&mut self) {
+        for priority in [Priority::Demand, Priority::Hint] {
+            for slot in 0..self.slots.len() {
+                while self.in_flight < self.depth {
+                    if priority == Priority::Hint && self.hint_in_flight >= self.hint_cap {
+                        break;
+                    }
+                    let Some(active) = self.slots[slot].as_mut() else {
+                        break;
+                    };
+                    if active.sub.priority != priority || !active.has_work() {
+                        break;
+                    }
+                    let op = match active.again.pop_front() {
+                        Some(op) => op,
+                        None => {
+                            active.next += 1;
+                            active.next - 1
+                        }
+                    };
+                    self.push_read(slot, op);
+                }
+            }
+        }
+    }
+
+    /// Queues the rest of read `op` of batch `slot`.
+    fn push_read(&mut self, slot: usize, op: usize) {
+        let Some(active) = self.slots[slot].as_mut() else {
+            return;
+        };
+        let read = active.sub.ops[op];
+        let state = &mut active.state[op];
+        state.started.get_or_insert_with(Instant::now);
+        let got = state.got;
+        // SAFETY: the range lies inside the caller's buffer (check_ops) and
+        // belongs to this read alone; the caller waits for our reply.
+        let ptr = unsafe { active.sub.buf.add(read.buf_off + got) };
+        let entry = opcode::Read::new(types::Fd(self.fds[read.file]), ptr, (read.len - got) as u32)
+            .offset(read.offset + got as u64)
+            .build()
+            .user_data(((slot as u64) << 32) | op as u64);
+        // SAFETY: the entry's buffer stays valid until its completion is
+        // reaped (see above); the queue has room because in_flight < depth.
+        if unsafe { self.ring.submission().push(&entry) }.is_err() {
+            active.again.push_front(op);
+            return;
+        }
+        active.in_flight += 1;
+        self.in_flight += 1;
+        if active.sub.priority == Priority::Hint {
+            self.hint_in_flight += 1;
+        }
+    }
+
+    fn submit_and_wait(&mut self) -> io::Result<()> {
+        loop {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EINTR)
+                        || e.raw_os_error() == Some(libc::EAGAIN) => {}
+                // Completion queue full: reap, then submit again.
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => self.reap(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        let completions: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (data, result) in completions {
+            self.complete((data >> 32) as usize, (data & 0xffff_ffff) as usize, result);
+        }
+    }
+
+    /// Accounts one completion of read `op` of batch `slot`.
+    fn complete(&mut self, slot: usize, op: usize, result: i32) {
+        let direct = self.direct;
+        let Some(active) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        active.in_flight -= 1;
+        self.in_flight -= 1;
+        if active.sub.priority == Priority::Hint {
+            self.hint_in_flight -= 1;
+        }
+        let read = active.sub.ops[op];
+        let state = &mut active.state[op];
+        if result < 0 {
+            let err = -result;
+            if (err == libc::EINTR || err == libc::EAGAIN) && state.retries < MAX_RETRIES {
+                state.retries += 1;
+                active.again.push_back(op);
+            } else {
+                active.fail(op, io::Error::from_raw_os_error(err));
+            }
+            return;
+        }
+        state.got += result as usize;
+        state.retries = 0;
+        if state.got >= read.need {
+            let started = state.started.unwrap_or_else(Instant::now);
+            active
+                .latencies_ns
+                .push(started.elapsed().as_nanos() as u64);
+        } else if result == 0 || (direct && state.got as u64 % PAGE != 0) {
+            let got = state.got;
+            active.fail(op, eof_error(&read, got));
+        } else {
+            active.again.push_back(op);
+        }
+    }
+
+    /// Replies to every batch with nothing left in flight or to do.
+    fn answer_finished(&mut self) {
+        for slot in &mut self.slots {
+            if slot.as_ref().is_some_and(Active::finished) {
+                if let Some(active) = slot.take() {
+                    let _ = active.sub.reply.send(Reply {
+                        latencies_ns: active.latencies_ns,
+                        failure: active.failure,
+                        leak: false,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The ring cannot submit any more: fail every batch. Buffers with
+    /// reads still in the kernel are leaked, not freed.
+    fn break_down(&mut self, error: io::Error) {
+        for active in self.slots.iter_mut().filter_map(Option::take) {
+            let _ = active.sub.reply.send(Reply {
+                latencies_ns: active.latencies_ns,
+                failure: Some(OpError {
+                    op: active.next.saturating_sub(1),
+                    error: io::Error::new(
+                        error.kind(),
+                        format!("io_uring submission failed: {error}"),
+                    ),
+                }),
+                leak: active.in_flight > 0,
+            });
+        }
+    }
+}

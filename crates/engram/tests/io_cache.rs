@@ -1,0 +1,83 @@
+//! The session row cache: bit-identical results, counters, byte budget.
+
+mod io_support;
+
+use std::sync::Arc;
+
+use engram::cache::{CachedSource, RowCache};
+use engram::io::{open_source, Backend, IoConfig, RowSource};
+use io_support::*;
+
+fn source(dir: &std::path::Path) -> Arc<dyn RowSource> {
+    let tables = [
+        packed_table(dir, "a.bin", 11, 3000, 0, 0),
+        split_table(dir, 12, 2000),
+    ];
+    let config = IoConfig {
+        backend: Backend::Psync,
+        depth: 4,
+        ..IoConfig::default()
+    };
+    open_source(&tables, &config).unwrap().source
+}
+
+#[test]
+fn cached_reads_are_bit_identical_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = source(dir.path());
+    let cache = Arc::new(RowCache::new(64 << 20, 264));
+    let cached = CachedSource::new(plain.clone(), cache.clone());
+    assert_eq!(cached.tables(), 2);
+    let mut total_unique = 0;
+    for round in 0..6u64 {
+        for (table, rows) in [(0usize, 3000u64), (1, 2000)] {
+            let ids = random_rows(round + 100 * table as u64, rows, 700);
+            let mut a = vec![0u8; ids.len() * 264];
+            let mut b = vec![0u8; ids.len() * 264];
+            plain.read_rows(table, &ids, &mut a).unwrap();
+            let stats = cached.read_rows(table, &ids, &mut b).unwrap();
+            assert!(a == b, "cached bytes differ (round {round}, table {table})");
+            assert!(b == expected(11 + table as u64, 264, &ids));
+            assert_eq!(stats.rows_requested, ids.len() as u64);
+            assert!(stats.cache_hits <= stats.rows_unique);
+            total_unique += stats.rows_unique;
+        }
+    }
+    assert_eq!(cache.hits() + cache.misses(), total_unique);
+    assert!(cache.hits() > 0, "repeated rows must hit");
+    // A request of rows all read before: no storage read at all.
+    let ids: Vec<u64> = random_rows(3, 3000, 700);
+    let mut out = vec![0u8; ids.len() * 264];
+    let stats = cached.read_rows(0, &ids, &mut out).unwrap();
+    assert_eq!(stats.reads_issued, 0);
+    assert_eq!(stats.cache_hits, stats.rows_unique);
+    assert!(out == expected(11, 264, &ids));
+}
+
+#[test]
+fn cache_stays_within_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = source(dir.path());
+    let budget = 100 * (264 + 64);
+    let cache = Arc::new(RowCache::new(budget, 264));
+    let cached = CachedSource::new(plain, cache.clone());
+    for round in 0..5 {
+        let ids: Vec<u64> = (round * 500..round * 500 + 500).collect();
+        let mut out = vec![0u8; ids.len() * 264];
+        cached.read_rows(0, &ids, &mut out).unwrap();
+        assert!(out == expected(11, 264, &ids));
+        assert!(cache.bytes() <= budget, "{} > {budget}", cache.bytes());
+        assert!(cache.len() <= 100);
+    }
+}
+
+#[test]
+fn cached_source_rejects_bad_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let cached = CachedSource::new(source(dir.path()), Arc::new(RowCache::new(1 << 20, 264)));
+    let mut out = vec![0u8; 264];
+    assert!(cached.read_rows(0, &[3000], &mut out).is_err());
+    assert!(cached.read_rows(2, &[0], &mut out).is_err());
+    assert!(cached.read_rows(0, &[1, 2], &mut out).is_err());
+    assert_eq!(cached.cache().misses(), 0);
+}
