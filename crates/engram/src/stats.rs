@@ -204,8 +204,8 @@ impl StatsRecorder {
                 t.waits += 1;
                 t.tokens += tokens;
                 t.stall_total_ns = t.stall_total_ns.saturating_add(ns);
-                if tokens > 0 {
-                    record(&mut t.stall_per_token, ns / tokens, tokens);
+                if let Some(per) = ns.checked_div(tokens) {
+                    record(&mut t.stall_per_token, per, tokens);
                 }
             }
         });

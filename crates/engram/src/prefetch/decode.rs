@@ -9,7 +9,7 @@ use super::read::ReadCtx;
 use super::ready::{InFlight, Ready};
 use super::ring::RingBuf;
 use super::source::{Priority, RowSource};
-use super::sync::lock;
+use super::sync::lock_std as lock;
 use crate::stats::{Phase, StatsRecorder};
 use crate::{Error, Result};
 
@@ -19,12 +19,14 @@ struct StepTable {
     ready: Ready,
     rows: Mutex<Vec<u64>>,
     buf: RingBuf,
-    flight: InFlight,
+    flight: Arc<InFlight>,
 }
 
 /// A sequence's decode state shared with the step readers.
 pub(crate) struct StepJob {
-    id: u64,
+    pub(crate) id: u64,
+    /// Hint reads of this sequence queued or running.
+    pub(crate) hints: Arc<InFlight>,
     tables: Vec<StepTable>,
     row_bytes: Vec<usize>,
     batch: bool,
@@ -43,6 +45,7 @@ impl StepJob {
         let row_bytes: Vec<usize> = (0..cols.len()).map(|t| source.row_bytes(t)).collect();
         StepJob {
             id,
+            hints: Arc::new(InFlight::new()),
             tables: cols
                 .iter()
                 .zip(&row_bytes)
@@ -50,7 +53,7 @@ impl StepJob {
                     ready: Ready::new(),
                     rows: Mutex::new(Vec::with_capacity(c)),
                     buf: RingBuf::new(c * rb),
-                    flight: InFlight::new(),
+                    flight: Arc::new(InFlight::new()),
                 })
                 .collect(),
             row_bytes,
@@ -168,6 +171,7 @@ impl StepJob {
         for t in &self.tables {
             t.flight.wait_idle();
         }
+        self.hints.wait_idle();
     }
 }
 
@@ -179,20 +183,26 @@ struct StepTask {
 
 impl Task for StepTask {
     fn run(self: Box<Self>) {
-        let t = &self.job.tables[self.table];
+        let StepTask { job, table, step } = *self;
+        let t = &job.tables[table];
         if !t.ready.is_cancelled() {
-            match self.job.read(self.table) {
-                Ok(()) => t.ready.publish(self.step),
+            match job.read(table) {
+                Ok(()) => t.ready.publish(step),
                 Err(e) => t.ready.fail(e),
             }
         }
-        t.flight.leave();
+        let flight = t.flight.clone();
+        drop(job);
+        flight.leave();
     }
 
     fn abandon(self: Box<Self>) {
-        let t = &self.job.tables[self.table];
+        let StepTask { job, table, .. } = *self;
+        let t = &job.tables[table];
         t.ready.cancel();
-        t.flight.leave();
+        let flight = t.flight.clone();
+        drop(job);
+        flight.leave();
     }
 
     fn owner(&self) -> u64 {
@@ -204,6 +214,8 @@ impl Task for StepTask {
 /// on a hint) but the batch is counted under [`Phase::Hint`].
 pub(crate) struct HintTask {
     pub owner: u64,
+    /// The sequence's hint counter: its drop waits for running hints.
+    pub flight: Arc<InFlight>,
     pub table: usize,
     pub rows: Vec<u64>,
     pub source: Arc<dyn RowSource>,
@@ -212,18 +224,32 @@ pub(crate) struct HintTask {
 
 impl Task for HintTask {
     fn run(self: Box<Self>) {
-        let mut out = vec![0u8; self.rows.len() * self.source.row_bytes(self.table)];
+        let HintTask {
+            flight,
+            table,
+            rows,
+            source,
+            stats,
+            ..
+        } = *self;
+        let mut out = vec![0u8; rows.len() * source.row_bytes(table)];
         let _ = ReadCtx {
-            source: &self.source,
-            stats: &self.stats,
+            source: &source,
+            stats: &stats,
             phase: Phase::Hint,
             priority: Priority::Hint,
             batch: true,
         }
-        .read(self.table, &self.rows, &mut out);
+        .read(table, &rows, &mut out);
+        drop((source, stats));
+        flight.leave();
     }
 
-    fn abandon(self: Box<Self>) {}
+    fn abandon(self: Box<Self>) {
+        let flight = self.flight.clone();
+        drop(self);
+        flight.leave();
+    }
 
     fn owner(&self) -> u64 {
         self.owner

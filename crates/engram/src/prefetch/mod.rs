@@ -382,8 +382,10 @@ impl Sequence {
             if rows.is_empty() {
                 continue;
             }
+            self.steps.hints.enter();
             self.shared.pool.submit_hint(Box::new(HintTask {
-                owner: 0,
+                owner: self.steps.id,
+                flight: self.steps.hints.clone(),
                 table,
                 rows,
                 source: self.shared.source.clone(),

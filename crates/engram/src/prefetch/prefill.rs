@@ -19,7 +19,7 @@ use super::read::ReadCtx;
 use super::ready::{InFlight, Ready};
 use super::ring::RingBuf;
 use super::source::{Priority, RowSource};
-use super::sync::lock;
+use super::sync::lock_std as lock;
 use super::view::RowsView;
 use crate::stats::{Phase, StatsRecorder};
 use crate::{Error, Result};
@@ -69,7 +69,10 @@ pub(crate) struct TableJob {
     /// Set while a consumer is blocked on this job: its next chunk goes first.
     waited_on: AtomicBool,
     sched: Mutex<Sched>,
-    flight: InFlight,
+    /// Pool tasks holding this job; its own `Arc` so a task can drop its
+    /// job reference before it leaves (then `cancel_and_join` returning
+    /// means no task holds the job any more).
+    flight: Arc<InFlight>,
     source: Arc<dyn RowSource>,
     stats: Arc<StatsRecorder>,
     pool: Arc<PoolShared>,
@@ -190,23 +193,26 @@ struct ChunkTask {
 
 impl Task for ChunkTask {
     fn run(self: Box<Self>) {
-        let job = &self.job;
+        let ChunkTask { job, start, end } = *self;
         let result = if job.ready.is_cancelled() {
             Err(Error::Cancelled)
         } else {
-            job.read_range(self.start, self.end, Phase::Prefill)
-                .map(|()| self.end)
+            job.read_range(start, end, Phase::Prefill).map(|()| end)
         };
         job.finish_chunk(result);
-        job.flight.leave();
+        let flight = job.flight.clone();
+        drop(job);
+        flight.leave();
     }
 
     fn abandon(self: Box<Self>) {
-        let job = &self.job;
+        let job = self.job;
         lock(&job.sched).stopped = true;
         job.ready.cancel();
         lock(&job.sched).in_flight = false;
-        job.flight.leave();
+        let flight = job.flight.clone();
+        drop(job);
+        flight.leave();
     }
 
     fn owner(&self) -> u64 {
@@ -272,7 +278,7 @@ impl<'s> Prefill<'s> {
                         in_flight: false,
                         stopped: false,
                     }),
-                    flight: InFlight::new(),
+                    flight: Arc::new(InFlight::new()),
                     source: setup.source.clone(),
                     stats: setup.stats.clone(),
                     pool: setup.pool.clone(),
@@ -381,8 +387,8 @@ impl<'s> Prefill<'s> {
     fn record(&mut self, table: usize, from: u32, upto: u32, stall: Duration) {
         let tokens = u64::from(upto - from);
         self.stats.record_wait(Phase::Prefill, table, tokens, stall);
-        if tokens > 0 {
-            let per = u64::try_from(stall.as_nanos()).unwrap_or(u64::MAX) / tokens;
+        let ns = u64::try_from(stall.as_nanos()).unwrap_or(u64::MAX);
+        if let Some(per) = ns.checked_div(tokens) {
             self.consumers[table].stalls.push((from, upto, per));
         }
     }

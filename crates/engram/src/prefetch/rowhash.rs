@@ -47,8 +47,14 @@ pub(crate) fn hash_position(
     }
     for table in &layout.tables {
         let mut mix = ids[0].wrapping_mul(table.multipliers[0]);
-        for k in 1..n {
-            mix ^= ids[k].wrapping_mul(table.multipliers[k]);
+        for (k, (&id, &m)) in ids
+            .iter()
+            .zip(&table.multipliers)
+            .enumerate()
+            .take(n)
+            .skip(1)
+        {
+            mix ^= id.wrapping_mul(m);
             for h in 0..layout.n_heads {
                 let col = (k - 1) * layout.n_heads + h;
                 let prime = u64::from(table.primes[col]);

@@ -63,6 +63,8 @@ pub struct MemSource {
     pub rows: Vec<u64>,
     /// Fail every read that includes this (table, row).
     pub fail_row: Option<(usize, u64)>,
+    /// Panic on every read that includes this (table, row).
+    pub panic_row: Option<(usize, u64)>,
     /// Added latency per call.
     pub delay: Option<Duration>,
     pub calls: AtomicUsize,
@@ -111,6 +113,9 @@ impl RowSource for MemSource {
                 return Err(Error::InvalidArgument(format!(
                     "row {row} outside table {table}"
                 )));
+            }
+            if self.panic_row == Some((table, row)) {
+                panic!("injected panic at row {row}");
             }
             if self.fail_row == Some((table, row)) {
                 return Err(Error::RowRead {
