@@ -8,6 +8,10 @@ pub enum RowFormat {
     /// The bytes as stored (`row_bytes` per row).
     #[default]
     Raw,
+    /// Decoded to BF16-rounded f32 (`ROW_DIM` values per row), by the
+    /// reader threads, so the consumer gets values ready to use. Needs the
+    /// tables' encodings ([`super::Engine::for_model`]).
+    F32,
 }
 
 /// Options of a prefetch [`super::Engine`].

@@ -10,6 +10,7 @@ use super::ready::{InFlight, Ready};
 use super::ring::RingBuf;
 use super::source::{Priority, RowSource};
 use super::sync::lock_std as lock;
+use crate::codec::{Encoding, ROW_DIM};
 use crate::stats::{Phase, StatsRecorder};
 use crate::{Error, Result};
 
@@ -29,6 +30,7 @@ pub(crate) struct StepJob {
     pub(crate) hints: Arc<InFlight>,
     tables: Vec<StepTable>,
     row_bytes: Vec<usize>,
+    decode: Vec<Option<Encoding>>,
     batch: bool,
     source: Arc<dyn RowSource>,
     stats: Arc<StatsRecorder>,
@@ -38,11 +40,17 @@ impl StepJob {
     pub(crate) fn new(
         id: u64,
         cols: &[usize],
+        decode: &[Option<Encoding>],
         batch: bool,
         source: &Arc<dyn RowSource>,
         stats: &Arc<StatsRecorder>,
     ) -> StepJob {
-        let row_bytes: Vec<usize> = (0..cols.len()).map(|t| source.row_bytes(t)).collect();
+        let row_bytes: Vec<usize> = (0..cols.len())
+            .map(|t| match decode[t] {
+                Some(_) => ROW_DIM * 4,
+                None => source.row_bytes(t),
+            })
+            .collect();
         StepJob {
             id,
             hints: Arc::new(InFlight::new()),
@@ -57,6 +65,7 @@ impl StepJob {
                 })
                 .collect(),
             row_bytes,
+            decode: decode.to_vec(),
             batch,
             source: source.clone(),
             stats: stats.clone(),
@@ -71,16 +80,21 @@ impl StepJob {
     fn read(&self, table: usize) -> Result<()> {
         let t = &self.tables[table];
         let rows = lock(&t.rows).clone();
-        // SAFETY: per the caller's guarantee.
-        let out = unsafe { t.buf.slice_mut(0, t.buf.len()) };
-        ReadCtx {
+        let ctx = ReadCtx {
             source: &self.source,
             stats: &self.stats,
             phase: Phase::Decode,
             priority: Priority::Demand,
             batch: self.batch,
+        };
+        match self.decode[table] {
+            // SAFETY: per the caller's guarantee.
+            Some(enc) => ctx.read_f32(table, &rows, enc, unsafe {
+                t.buf.slice_mut_f32(0, t.buf.len() / 4)
+            }),
+            // SAFETY: per the caller's guarantee.
+            None => ctx.read(table, &rows, unsafe { t.buf.slice_mut(0, t.buf.len()) }),
         }
-        .read(table, &rows, out)
     }
 
     /// Starts step `step`: records its row ids and, with prefetch on, queues
@@ -160,6 +174,11 @@ impl StepJob {
     /// Bytes per row of `table`.
     pub(crate) fn row_bytes(&self, table: usize) -> usize {
         self.row_bytes[table]
+    }
+
+    /// True when `table`'s rows are decoded to f32.
+    pub(crate) fn decoded(&self, table: usize) -> bool {
+        self.decode[table].is_some()
     }
 
     /// Cancels pending steps and waits until no reader touches the buffers.

@@ -33,7 +33,9 @@ pub use config::{PrefetchConfig, RowFormat};
 pub use prefill::Prefill;
 pub use view::RowsView;
 
+use crate::codec::Encoding;
 use crate::layout::Layout;
+use crate::model::Model;
 use crate::stats::{Phase, Stats, StatsRecorder};
 use crate::{Error, Result};
 use decode::{HintTask, StepJob};
@@ -43,6 +45,8 @@ use source::RowSource;
 
 struct Shared {
     source: Arc<dyn RowSource>,
+    /// Per table: Some(encoding) when rows are handed out decoded to f32.
+    decode: Vec<Option<Encoding>>,
     layout: Layout,
     config: PrefetchConfig,
     columns: usize,
@@ -79,8 +83,30 @@ impl Engine {
         layout: Layout,
         config: PrefetchConfig,
     ) -> Result<Engine> {
+        Engine::with_encodings(source, layout, None, config)
+    }
+
+    /// An engine over `model`'s tables read through `source` (opened on the
+    /// model's table locations); knows the encodings, so
+    /// [`RowFormat::F32`] is available.
+    pub fn for_model(
+        model: &Model,
+        source: Arc<dyn RowSource>,
+        config: PrefetchConfig,
+    ) -> Result<Engine> {
+        let encodings = model.tables.iter().map(|t| t.encoding).collect();
+        Engine::with_encodings(source, model.layout.clone(), Some(encodings), config)
+    }
+
+    fn with_encodings(
+        source: Arc<dyn RowSource>,
+        layout: Layout,
+        encodings: Option<Vec<Encoding>>,
+        config: PrefetchConfig,
+    ) -> Result<Engine> {
         config.validate()?;
         let columns = check_layout(&layout, source.as_ref())?;
+        let decode = decode_plan(&config, encodings, source.as_ref())?;
         let pool = Pool::start(
             config.workers,
             config.decode_workers,
@@ -90,6 +116,7 @@ impl Engine {
         Ok(Engine {
             shared: Arc::new(Shared {
                 source,
+                decode,
                 layout,
                 config,
                 columns,
@@ -108,6 +135,7 @@ impl Engine {
         let steps = Arc::new(StepJob::new(
             shared.ids(1),
             &cols,
+            &shared.decode,
             shared.config.batch,
             &shared.source,
             &stats,
@@ -145,6 +173,38 @@ impl Drop for Engine {
         // Abandon queued work (its waiters see Cancelled) and join the
         // threads; sequences still alive get Cancelled from then on.
         self.pool.shutdown();
+    }
+}
+
+fn decode_plan(
+    config: &PrefetchConfig,
+    encodings: Option<Vec<Encoding>>,
+    source: &dyn RowSource,
+) -> Result<Vec<Option<Encoding>>> {
+    let tables = source.tables();
+    match (config.format, encodings) {
+        (RowFormat::Raw, _) => Ok(vec![None; tables]),
+        (RowFormat::F32, None) => Err(Error::InvalidArgument(
+            "f32 rows need the tables' encodings: build the engine with Engine::for_model".into(),
+        )),
+        (RowFormat::F32, Some(encodings)) => {
+            if encodings.len() != tables {
+                return Err(Error::InvalidArgument(format!(
+                    "{} encodings for {tables} tables",
+                    encodings.len()
+                )));
+            }
+            for (t, e) in encodings.iter().enumerate() {
+                if e.row_bytes() != source.row_bytes(t) {
+                    return Err(Error::InvalidArgument(format!(
+                        "table {t}: {e} rows are {} bytes but the source delivers {}",
+                        e.row_bytes(),
+                        source.row_bytes(t)
+                    )));
+                }
+            }
+            Ok(encodings.into_iter().map(Some).collect())
+        }
     }
 }
 
@@ -311,6 +371,7 @@ impl Sequence {
         let cols = vec![self.shared.columns; tables];
         Ok(Prefill::start(PrefillSetup {
             first_id: self.shared.ids(tables as u64),
+            decode: &self.shared.decode,
             ids: ids.into(),
             cols: &cols,
             plan,
@@ -360,6 +421,7 @@ impl Sequence {
             first_token: (self.tokens.len() - 1) as u32,
             rows_per_token: self.shared.columns,
             row_bytes: self.steps.row_bytes(table),
+            f32: self.steps.decoded(table),
             parts: [rows, &[]],
         })
     }

@@ -21,6 +21,7 @@ use super::ring::RingBuf;
 use super::source::{Priority, RowSource};
 use super::sync::lock_std as lock;
 use super::view::RowsView;
+use crate::codec::{Encoding, ROW_DIM};
 use crate::stats::{Phase, StatsRecorder};
 use crate::{Error, Result};
 
@@ -60,6 +61,8 @@ pub(crate) struct TableJob {
     cols: usize,
     row_bytes: usize,
     plan: Plan,
+    /// Some: rows are decoded to f32 (`row_bytes` is then `ROW_DIM * 4`).
+    decode: Option<Encoding>,
     ids: Arc<[u32]>,
     ring: RingBuf,
     ready: Ready,
@@ -120,13 +123,17 @@ impl TableJob {
             let seg_end = end.min(t + (cap - slot));
             let rows = self.row_ids(t, seg_end);
             let tb = self.token_bytes();
-            // SAFETY: per the caller's guarantee the slots of t..seg_end are
-            // neither viewed by the consumer nor written by anyone else.
-            let out = unsafe {
-                self.ring
-                    .slice_mut(slot as usize * tb, (seg_end - t) as usize * tb)
-            };
-            ctx.read(self.table, &rows, out)?;
+            let (at, len) = (slot as usize * tb, (seg_end - t) as usize * tb);
+            // SAFETY (both arms): per the caller's guarantee the slots of
+            // t..seg_end are neither viewed by the consumer nor written by
+            // anyone else.
+            match self.decode {
+                Some(enc) => {
+                    let out = unsafe { self.ring.slice_mut_f32(at, len / 4) };
+                    ctx.read_f32(self.table, &rows, enc, out)?;
+                }
+                None => ctx.read(self.table, &rows, unsafe { self.ring.slice_mut(at, len) })?,
+            }
             t = seg_end;
         }
         Ok(())
@@ -246,6 +253,8 @@ pub struct Prefill<'s> {
 /// Everything a prefill needs from its engine and sequence.
 pub(crate) struct PrefillSetup<'a> {
     pub first_id: u64,
+    /// Per table: Some(encoding) to decode rows to f32.
+    pub decode: &'a [Option<Encoding>],
     pub ids: Arc<[u32]>,
     pub cols: &'a [usize],
     pub plan: Plan,
@@ -260,7 +269,11 @@ impl<'s> Prefill<'s> {
         let cols = setup.cols[0];
         let consumers = (0..tables)
             .map(|table| {
-                let row_bytes = setup.source.row_bytes(table);
+                let decode = setup.decode[table];
+                let row_bytes = match decode {
+                    Some(_) => ROW_DIM * 4,
+                    None => setup.source.row_bytes(table),
+                };
                 let job = Arc::new(TableJob {
                     id: setup.first_id + table as u64,
                     table,
@@ -268,6 +281,7 @@ impl<'s> Prefill<'s> {
                     cols,
                     row_bytes,
                     plan: setup.plan,
+                    decode,
                     ids: setup.ids.clone(),
                     ring: RingBuf::new(setup.plan.ring_tokens as usize * cols * row_bytes),
                     ready: Ready::new(),
@@ -479,6 +493,7 @@ fn view(job: &TableJob, from: u32, upto: u32) -> RowsView<'_> {
         first_token: from,
         rows_per_token: job.cols,
         row_bytes: job.row_bytes,
+        f32: job.decode.is_some(),
         parts: [a, b],
     }
 }

@@ -5,6 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::source::{BatchStats, Priority, RowSource};
+use crate::codec::Encoding;
 use crate::stats::{Phase, StatsRecorder};
 use crate::{Error, Result};
 
@@ -35,6 +36,24 @@ impl ReadCtx<'_> {
                 format!("row source {}", self.source.name()),
                 std::io::Error::other(format!("reading table {table} panicked: {message}")),
             ))
+        })
+    }
+
+    /// Reads `rows` of `table` and decodes them (stored as `encoding`) into
+    /// `out` (`rows.len() * ROW_DIM` values). A corrupt row is an
+    /// [`Error::CorruptRow`] naming it.
+    pub(crate) fn read_f32(
+        &self,
+        table: usize,
+        rows: &[u64],
+        encoding: Encoding,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let mut raw = vec![0u8; rows.len() * encoding.row_bytes()];
+        self.read(table, rows, &mut raw)?;
+        encoding.decode_rows(&raw, out).map_err(|e| {
+            let row = rows.get(e.index).copied().unwrap_or(u64::MAX);
+            e.into_error(table, row)
         })
     }
 

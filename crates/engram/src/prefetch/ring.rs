@@ -11,9 +11,11 @@
 
 use std::cell::UnsafeCell;
 
-/// A heap buffer of `len` bytes, zero-filled, shared across threads.
+/// A heap buffer of `len` bytes, zero-filled, 8-byte aligned (so decoded
+/// f32 rows can be viewed in place), shared across threads.
 pub(crate) struct RingBuf {
-    bytes: Box<[UnsafeCell<u8>]>,
+    words: Box<[UnsafeCell<u64>]>,
+    len: usize,
 }
 
 // SAFETY: the buffer is plain bytes; all access goes through the unsafe
@@ -26,13 +28,22 @@ impl RingBuf {
     /// A zeroed buffer of `len` bytes.
     pub(crate) fn new(len: usize) -> RingBuf {
         RingBuf {
-            bytes: (0..len).map(|_| UnsafeCell::new(0)).collect(),
+            words: (0..len.div_ceil(8)).map(|_| UnsafeCell::new(0)).collect(),
+            len,
         }
     }
 
     /// Length in bytes.
     pub(crate) fn len(&self) -> usize {
-        self.bytes.len()
+        self.len
+    }
+
+    /// Pointer to byte `start` (in bounds: checked by the callers).
+    fn byte_ptr(&self, start: usize) -> *mut u8 {
+        // raw_get keeps the UnsafeCell's permission to write through a
+        // shared reference; the pointer's provenance is the whole slice.
+        let base = UnsafeCell::raw_get(self.words.as_ptr()) as *mut u8;
+        base.wrapping_add(start)
     }
 
     fn check(&self, start: usize, len: usize) {
@@ -51,9 +62,9 @@ impl RingBuf {
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slice_mut(&self, start: usize, len: usize) -> &mut [u8] {
         self.check(start, len);
-        // SAFETY: in bounds (checked); UnsafeCell<u8> has u8's layout; the
-        // caller guarantees exclusivity of the range.
-        unsafe { std::slice::from_raw_parts_mut(self.bytes[start..].as_ptr() as *mut u8, len) }
+        // SAFETY: in bounds (checked), inside one allocation; the caller
+        // guarantees exclusivity of the range.
+        unsafe { std::slice::from_raw_parts_mut(self.byte_ptr(start), len) }
     }
 
     /// A shared view of `start..start + len`.
@@ -64,7 +75,20 @@ impl RingBuf {
     pub(crate) unsafe fn slice(&self, start: usize, len: usize) -> &[u8] {
         self.check(start, len);
         // SAFETY: as above, for shared access.
-        unsafe { std::slice::from_raw_parts(self.bytes[start..].as_ptr() as *const u8, len) }
+        unsafe { std::slice::from_raw_parts(self.byte_ptr(start), len) }
+    }
+
+    /// A mutable f32 view of `values` values from byte `start`.
+    ///
+    /// # Safety
+    /// As [`RingBuf::slice_mut`] for the bytes covered.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice_mut_f32(&self, start: usize, values: usize) -> &mut [f32] {
+        assert!(start % 4 == 0, "f32 view at unaligned byte {start}");
+        self.check(start, values * 4);
+        // SAFETY: in bounds, 4-aligned (8-aligned base, start % 4 == 0), any
+        // bit pattern is a valid f32; exclusivity per the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.byte_ptr(start) as *mut f32, values) }
     }
 }
 

@@ -12,6 +12,8 @@ pub struct RowsView<'a> {
     pub(crate) first_token: u32,
     pub(crate) rows_per_token: usize,
     pub(crate) row_bytes: usize,
+    /// Rows are f32 values (native endian), not stored bytes.
+    pub(crate) f32: bool,
     pub(crate) parts: [&'a [u8]; 2],
 }
 
@@ -92,6 +94,34 @@ impl<'a> RowsView<'a> {
         a.copy_from_slice(self.parts[0]);
         b.copy_from_slice(self.parts[1]);
         Ok(())
+    }
+
+    /// True when the rows are decoded f32 values ([`RowFormat::F32`]).
+    ///
+    /// [`RowFormat::F32`]: super::RowFormat::F32
+    pub fn is_f32(&self) -> bool {
+        self.f32
+    }
+
+    /// The decoded values of the `i`-th token of the view
+    /// (`rows_per_token * ROW_DIM`), or `None` past the end or for raw rows.
+    pub fn token_f32(&self, i: usize) -> Option<&'a [f32]> {
+        if !self.f32 {
+            return None;
+        }
+        // SAFETY: f32 rows were written as f32 at 4-aligned offsets of an
+        // 8-aligned buffer; any bit pattern is a valid f32.
+        let (head, values, tail) = unsafe { self.token(i)?.align_to::<f32>() };
+        (head.is_empty() && tail.is_empty()).then_some(values)
+    }
+
+    /// All decoded values of the view in token order (empty for raw rows).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        (0..self.len())
+            .filter_map(|i| self.token_f32(i))
+            .flatten()
+            .copied()
+            .collect()
     }
 
     /// The view's bytes as one vector.
