@@ -1,1 +1,370 @@
 //! Per-sequence n-gram history and the row hash.
+//!
+//! For each token, `ids[k]` is the compressed id `k` tokens back
+//! (`k = 0..max_ngram_size`). Walking back from the current token, the first
+//! dead position (masked, or before the start of the sequence) and every
+//! older one read as the pad's compressed id; a masked current token reads as
+//! pad too. Per table, `mix = ids[0] * m[0]`, then for `k = 1..max_ngram_size`
+//! `mix ^= ids[k] * m[k]` and the `n_heads` columns of order `k + 1` get
+//! `row = mix % prime[col] + offset[col]`. Validation bounds every product
+//! below 2^63, so `u64` arithmetic equals the reference's `int64`.
+//!
+//! Rows come out in order `[token][table][column]`, columns by n-gram order
+//! then head.
+
+use std::sync::Arc;
+
+use crate::layout::{Layout, MAX_NGRAM_SIZE};
+use crate::{Error, Result};
+
+/// Marks a dead (masked) position in a [`History`].
+const DEAD: u32 = u32::MAX;
+
+/// What a sequence's hash depends on: the compressed id of every position so
+/// far, with masked positions marked dead.
+///
+/// Cloning forks the sequence; [`History::rollback`] truncates it (e.g. after
+/// rejected draft tokens); [`History::snapshot`] captures the little the
+/// next token's hash needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct History {
+    /// `max_ngram_size - 1`: how many earlier positions a hash reads.
+    context: usize,
+    /// Sequence position of `ids[0]` (non-zero after [`History::from_snapshot`]).
+    base: u64,
+    /// Compressed id per position from `base` on, [`DEAD`] where masked.
+    ids: Vec<u32>,
+}
+
+/// The state a [`History`] needs to continue a sequence: its length and the
+/// compressed ids of its last `max_ngram_size - 1` positions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    position: u64,
+    context: usize,
+    /// Oldest first; shorter than `context` only near the sequence start.
+    tail: Vec<u32>,
+}
+
+impl Snapshot {
+    /// Number of tokens the sequence had when the snapshot was taken.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+}
+
+impl History {
+    /// An empty sequence for a layout with this `max_ngram_size`.
+    pub fn new(max_ngram_size: usize) -> Result<Self> {
+        if !(2..=MAX_NGRAM_SIZE).contains(&max_ngram_size) {
+            return Err(Error::InvalidArgument(format!(
+                "max_ngram_size {max_ngram_size} is outside 2..={MAX_NGRAM_SIZE}"
+            )));
+        }
+        Ok(History {
+            context: max_ngram_size - 1,
+            base: 0,
+            ids: Vec::new(),
+        })
+    }
+
+    /// Number of tokens in the sequence (the position of the next token).
+    pub fn position(&self) -> u64 {
+        self.base + self.ids.len() as u64
+    }
+
+    /// Largest n-gram order the history serves.
+    pub fn max_ngram_size(&self) -> usize {
+        self.context + 1
+    }
+
+    /// The compressed id at `position`: `None` if it is dead (masked),
+    /// outside the sequence, or no longer held (before a snapshot's tail).
+    pub fn compressed_id(&self, position: u64) -> Option<u32> {
+        let index = usize::try_from(position.checked_sub(self.base)?).ok()?;
+        self.ids.get(index).copied().filter(|&id| id != DEAD)
+    }
+
+    /// Captures the position and the last `max_ngram_size - 1` ids; costs
+    /// `O(max_ngram_size)` whatever the sequence length.
+    pub fn snapshot(&self) -> Snapshot {
+        let keep = self.ids.len().min(self.context);
+        Snapshot {
+            position: self.position(),
+            context: self.context,
+            tail: self.ids[self.ids.len() - keep..].to_vec(),
+        }
+    }
+
+    /// A history that continues from `snapshot` exactly as the original
+    /// would; it cannot roll back before the snapshot's tail.
+    pub fn from_snapshot(snapshot: &Snapshot) -> Self {
+        History {
+            context: snapshot.context,
+            base: snapshot.position - snapshot.tail.len() as u64,
+            ids: snapshot.tail.clone(),
+        }
+    }
+
+    /// Forgets every token from `to_position` on, so the next token hashed
+    /// is at `to_position`.
+    pub fn rollback(&mut self, to_position: u64) -> Result<()> {
+        let now = self.position();
+        if to_position > now {
+            return Err(Error::InvalidArgument(format!(
+                "rollback to position {to_position}, past the sequence end {now}"
+            )));
+        }
+        // Hashing at `to_position` reads the `context` positions before it.
+        let needed_from = to_position.saturating_sub(self.context as u64);
+        if needed_from < self.base {
+            return Err(Error::InvalidArgument(format!(
+                "rollback to position {to_position}: this history starts at position {} (restored from a snapshot)",
+                self.base
+            )));
+        }
+        self.ids.truncate((to_position - self.base) as usize);
+        Ok(())
+    }
+
+    /// The window of the last token hashed: `window[j]` is the id `j + 1`
+    /// positions back from the next token, with dead and before-start positions as `pad`.
+    /// [`shift_in`] turns it into the next token's window.
+    fn window(&self, pad: u64) -> [u64; MAX_NGRAM_SIZE] {
+        let mut window = [pad; MAX_NGRAM_SIZE];
+        for (j, slot) in window.iter_mut().enumerate().take(self.context) {
+            match self.ids.len().checked_sub(j + 1).map(|i| self.ids[i]) {
+                Some(id) if id != DEAD => *slot = u64::from(id),
+                _ => break,
+            }
+        }
+        window
+    }
+}
+
+/// `x % divisor` for any `u64` x by Barrett reduction: one high multiply,
+/// one low multiply and a conditional subtract instead of a hardware
+/// division.
+#[derive(Debug, Clone, Copy)]
+struct Modulus {
+    divisor: u64,
+    /// `floor(2^64 / divisor)`: the estimated quotient is short by at most one.
+    reciprocal: u64,
+    offset: u32,
+}
+
+impl Modulus {
+    fn new(divisor: u32, offset: u32) -> Self {
+        let divisor = u64::from(divisor);
+        Modulus {
+            divisor,
+            reciprocal: ((1u128 << 64) / u128::from(divisor)) as u64,
+            offset,
+        }
+    }
+
+    #[inline(always)]
+    fn row(&self, x: u64) -> u32 {
+        let quotient = ((u128::from(x) * u128::from(self.reciprocal)) >> 64) as u64;
+        let mut rem = x - quotient * self.divisor;
+        if rem >= self.divisor {
+            rem -= self.divisor;
+        }
+        rem as u32 + self.offset
+    }
+}
+
+/// One table's multipliers and per-column moduli.
+#[derive(Debug, Clone)]
+struct TableHash {
+    multipliers: [u64; MAX_NGRAM_SIZE],
+    columns: Vec<Modulus>,
+}
+
+/// Turns tokens into row ids for every table of a [`Layout`].
+#[derive(Debug, Clone)]
+pub struct Hasher {
+    token_map: Arc<[u32]>,
+    pad: u64,
+    max_ngram_size: usize,
+    n_heads: usize,
+    tables: Vec<TableHash>,
+}
+
+impl Hasher {
+    /// Precomputes the hash of `layout` (validated first).
+    pub fn new(layout: &Layout) -> Result<Self> {
+        layout.validate()?;
+        let tables = layout
+            .tables
+            .iter()
+            .map(|t| {
+                let mut multipliers = [0; MAX_NGRAM_SIZE];
+                multipliers[..t.multipliers.len()].copy_from_slice(&t.multipliers);
+                let columns = (t.primes.iter().zip(&t.offsets))
+                    .map(|(&p, &o)| Modulus::new(p, o))
+                    .collect();
+                TableHash {
+                    multipliers,
+                    columns,
+                }
+            })
+            .collect();
+        Ok(Hasher {
+            token_map: layout.token_map.clone(),
+            pad: u64::from(layout.pad_compressed_id),
+            max_ngram_size: layout.max_ngram_size,
+            n_heads: layout.n_heads,
+            tables,
+        })
+    }
+
+    /// An empty history for this layout.
+    pub fn new_history(&self) -> History {
+        History {
+            context: self.max_ngram_size - 1,
+            base: 0,
+            ids: Vec::new(),
+        }
+    }
+
+    /// Row ids per token per table.
+    pub fn columns(&self) -> usize {
+        (self.max_ngram_size - 1) * self.n_heads
+    }
+
+    /// Row ids appended per token (all tables).
+    pub fn rows_per_token(&self) -> usize {
+        self.columns() * self.tables.len()
+    }
+
+    /// Appends the rows of `tokens` to `out` (`[token][table][column]`) and
+    /// extends `history` with them. `mask[i] == true` marks token `i` dead:
+    /// it still gets rows, reading as pad, and later tokens do not see past
+    /// it. On error nothing is appended and `history` is unchanged.
+    pub fn hash(
+        &self,
+        history: &mut History,
+        tokens: &[u32],
+        mask: Option<&[bool]>,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.check_input(history, tokens, mask)?;
+        let start = out.len();
+        out.resize(start + tokens.len() * self.rows_per_token(), 0);
+        let mut window = history.window(self.pad);
+        history.ids.reserve(tokens.len());
+        let rows = out[start..].chunks_exact_mut(self.rows_per_token());
+        for (i, (&token, token_rows)) in tokens.iter().zip(rows).enumerate() {
+            let dead = mask.is_some_and(|m| m[i]);
+            let id = if dead {
+                DEAD
+            } else {
+                self.token_map[token as usize]
+            };
+            history.ids.push(id);
+            shift_in(&mut window, self.max_ngram_size, id, self.pad);
+            self.hash_window(&window, token_rows);
+        }
+        Ok(())
+    }
+
+    fn check_input(&self, history: &History, tokens: &[u32], mask: Option<&[bool]>) -> Result<()> {
+        if history.context + 1 != self.max_ngram_size {
+            return Err(Error::InvalidArgument(format!(
+                "history serves max_ngram_size {}, the layout has {}",
+                history.context + 1,
+                self.max_ngram_size
+            )));
+        }
+        if let Some(m) = mask.filter(|m| m.len() != tokens.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "mask has {} entries for {} tokens",
+                m.len(),
+                tokens.len()
+            )));
+        }
+        let vocab = self.token_map.len();
+        if let Some(i) = tokens.iter().position(|&t| t as usize >= vocab) {
+            return Err(Error::InvalidArgument(format!(
+                "token {} at index {i} (sequence position {}) is outside the vocabulary of {vocab} tokens",
+                tokens[i],
+                history.position() + i as u64
+            )));
+        }
+        Ok(())
+    }
+
+    /// Rows of one token for every table, from its window of ids.
+    #[inline(always)]
+    fn hash_window(&self, window: &[u64; MAX_NGRAM_SIZE], out: &mut [u32]) {
+        let columns = self.columns();
+        for (table, table_rows) in self.tables.iter().zip(out.chunks_exact_mut(columns)) {
+            let mut mix = window[0].wrapping_mul(table.multipliers[0]);
+            let order_rows = table_rows.chunks_exact_mut(self.n_heads);
+            let order_moduli = table.columns.chunks_exact(self.n_heads);
+            for (k, (rows, moduli)) in order_rows.zip(order_moduli).enumerate() {
+                mix ^= window[k + 1].wrapping_mul(table.multipliers[k + 1]);
+                for (row, modulus) in rows.iter_mut().zip(moduli) {
+                    *row = modulus.row(mix);
+                }
+            }
+        }
+    }
+}
+
+/// Moves the window one token on: the new token's id at `k = 0`, the older
+/// ones one step further back. A dead token reads, and makes everything
+/// behind it read, as pad.
+#[inline(always)]
+fn shift_in(window: &mut [u64; MAX_NGRAM_SIZE], max_ngram_size: usize, id: u32, pad: u64) {
+    if id == DEAD {
+        window[..max_ngram_size].fill(pad);
+    } else {
+        window.copy_within(0..max_ngram_size - 1, 1);
+        window[0] = u64::from(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn barrett_matches_hardware_remainder() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for &p in &[2u32, 3, 16_000_057, 4_294_967_291, 1_000_003] {
+            let m = Modulus::new(p, 0);
+            for edge in [
+                0,
+                1,
+                u64::from(p) - 1,
+                u64::from(p),
+                u64::MAX,
+                i64::MAX as u64,
+            ] {
+                assert_eq!(u64::from(m.row(edge)), edge % u64::from(p));
+            }
+            for _ in 0..100_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                assert_eq!(u64::from(m.row(x)), x % u64::from(p), "{x} % {p}");
+            }
+        }
+        assert_eq!(Modulus::new(13, 100).row(27), 101);
+    }
+
+    #[test]
+    fn window_reads_pad_from_the_first_dead_position() {
+        let mut h = History::new(4).unwrap();
+        h.ids = vec![10, DEAD, 11, 12];
+        assert_eq!(h.window(2)[..4], [12, 11, 2, 2]);
+        h.ids = vec![9, 10, 11, 12];
+        assert_eq!(h.window(2)[..4], [12, 11, 10, 2]);
+        h.ids = vec![10, 11];
+        assert_eq!(h.window(2)[..4], [11, 10, 2, 2]);
+        h.ids.push(DEAD);
+        assert_eq!(h.window(2)[..4], [2, 2, 2, 2]);
+    }
+}

@@ -13,6 +13,28 @@
 
 use std::sync::Arc;
 
+pub mod numpy_rng;
+pub mod preset;
+pub mod primes;
+pub mod token_map;
+mod validate;
+
+pub use preset::{preset, preset_params, PRESETS};
+pub use token_map::{encode, vendored_tokenizer, vendored_tokenizer_json, TokenMap};
+
+use crate::{Error, Result};
+
+/// Largest n-gram order a layout may use. The reference uses 3 or 4; the
+/// bound keeps per-token state on the stack in the hash.
+pub const MAX_NGRAM_SIZE: usize = 16;
+
+/// Largest number of heads per n-gram order a layout may use (the
+/// reference uses 8); bounds work and memory for untrusted parameters.
+pub const MAX_HEADS: usize = 1024;
+
+/// Multiplier seeds are `seed + LAYER_SEED_STRIDE * layer_id` (the reference's constant).
+pub const LAYER_SEED_STRIDE: u64 = 10007;
+
 /// The parameters a layout is derived from (as in a checkpoint's `config.json`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayoutParams {
@@ -64,4 +86,168 @@ pub struct Layout {
     pub pad_compressed_id: u32,
     /// The tables, in layer order.
     pub tables: Vec<TableLayout>,
+}
+
+impl TableLayout {
+    /// Builds a table from its primes and multipliers, computing offsets and
+    /// rows. Fails if the running sums overflow `u64`; validation checks the
+    /// rest.
+    pub fn from_primes(layer_id: u32, primes: Vec<u32>, multipliers: Vec<u64>) -> Result<Self> {
+        let mut offsets = Vec::with_capacity(primes.len());
+        let mut rows: u64 = 0;
+        for &p in &primes {
+            offsets.push(u32::try_from(rows).map_err(|_| {
+                Error::layout(
+                    format!("table of layer {layer_id}: primes"),
+                    format!("running sum {rows} exceeds u32 row ids"),
+                )
+            })?);
+            rows += u64::from(p);
+        }
+        Ok(TableLayout {
+            layer_id,
+            primes,
+            offsets,
+            rows,
+            multipliers,
+        })
+    }
+}
+
+/// The multipliers of the table at `layer_id`: `2 * r + 1` for each of the
+/// `max_ngram_size` draws `r` of NumPy's
+/// `default_rng(seed + 10007 * layer_id).integers(0, max(1, (i64::MAX // cvocab) // 2), n)`.
+pub fn derive_multipliers(
+    seed: u64,
+    layer_id: u32,
+    max_ngram_size: usize,
+    compressed_vocab_size: u32,
+) -> Result<Vec<u64>> {
+    if compressed_vocab_size == 0 {
+        return Err(Error::layout("compressed_vocab_size", "is 0"));
+    }
+    let half_bound = (i64::MAX / i64::from(compressed_vocab_size) / 2).max(1);
+    let stream_seed = u128::from(seed) + u128::from(LAYER_SEED_STRIDE) * u128::from(layer_id);
+    let draws = numpy_rng::Generator::default_rng(stream_seed)
+        .integers_i64(0, half_bound, max_ngram_size)
+        .expect("half_bound is at least 1");
+    Ok(draws.into_iter().map(|r| 2 * r as u64 + 1).collect())
+}
+
+impl Layout {
+    /// Derives the layout from its parameters and a token map, as the
+    /// reference does: primes by the walk in [`primes::derive_primes`],
+    /// multipliers by [`derive_multipliers`], pad compressed through the map.
+    pub fn derive(params: &LayoutParams, token_map: &TokenMap) -> Result<Layout> {
+        params.check()?;
+        let pad = token_map
+            .map
+            .get(params.pad_token as usize)
+            .ok_or_else(|| {
+                Error::layout(
+                    "pad_token",
+                    format!(
+                        "{} is outside the tokenizer's {} tokens",
+                        params.pad_token,
+                        token_map.len()
+                    ),
+                )
+            })?;
+        let primes = primes::derive_primes(
+            params.layer_ids.len(),
+            params.max_ngram_size,
+            params.n_heads,
+            params.engram_vocab_size,
+        )?;
+        let tables = params
+            .layer_ids
+            .iter()
+            .zip(primes)
+            .map(|(&layer_id, table_primes)| {
+                let multipliers = derive_multipliers(
+                    params.seed,
+                    layer_id,
+                    params.max_ngram_size,
+                    token_map.compressed_vocab_size,
+                )?;
+                TableLayout::from_primes(layer_id, table_primes, multipliers)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Layout::from_tables(
+            params.max_ngram_size,
+            params.n_heads,
+            params.head_dim,
+            token_map.clone(),
+            *pad,
+            tables,
+        )
+    }
+
+    /// Assembles a layout from parts read elsewhere (a model file) and
+    /// validates it.
+    pub fn from_tables(
+        max_ngram_size: usize,
+        n_heads: usize,
+        head_dim: usize,
+        token_map: TokenMap,
+        pad_compressed_id: u32,
+        tables: Vec<TableLayout>,
+    ) -> Result<Layout> {
+        let layout = Layout {
+            max_ngram_size,
+            n_heads,
+            head_dim,
+            token_map: token_map.map,
+            compressed_vocab_size: token_map.compressed_vocab_size,
+            pad_compressed_id,
+            tables,
+        };
+        layout.validate()?;
+        Ok(layout)
+    }
+
+    /// Number of tokenizer ids the token map covers.
+    pub fn vocab_size(&self) -> usize {
+        self.token_map.len()
+    }
+
+    /// Row ids per token per table: `(max_ngram_size - 1) * n_heads`.
+    pub fn columns(&self) -> usize {
+        self.max_ngram_size.saturating_sub(1) * self.n_heads
+    }
+
+    /// The layer ids of the tables, in order.
+    pub fn layer_ids(&self) -> Vec<u32> {
+        self.tables.iter().map(|t| t.layer_id).collect()
+    }
+
+    /// The token map as a [`TokenMap`].
+    pub fn token_map(&self) -> TokenMap {
+        TokenMap::new(self.token_map.clone(), self.compressed_vocab_size)
+    }
+}
+
+impl LayoutParams {
+    /// Rejects parameters no layout can be derived from.
+    fn check(&self) -> Result<()> {
+        if self.layer_ids.is_empty() {
+            return Err(Error::layout(
+                "layer_ids",
+                "is empty; a layout needs a table",
+            ));
+        }
+        if !(2..=MAX_NGRAM_SIZE).contains(&self.max_ngram_size) {
+            return Err(Error::layout(
+                "max_ngram_size",
+                format!("{} is outside 2..={MAX_NGRAM_SIZE}", self.max_ngram_size),
+            ));
+        }
+        if !(1..=MAX_HEADS).contains(&self.n_heads) {
+            return Err(Error::layout(
+                "n_heads",
+                format!("{} is outside 1..={MAX_HEADS}", self.n_heads),
+            ));
+        }
+        Ok(())
+    }
 }

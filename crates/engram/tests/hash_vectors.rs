@@ -1,0 +1,99 @@
+//! The V4.1-Flash layout, tokenization and rows against vectors computed
+//! independently in Python (tests/reference/hash_vectors.py).
+
+use engram::hash::Hasher;
+use engram::layout::{self, encode, vendored_tokenizer};
+use serde_json::Value;
+
+fn vectors() -> Value {
+    serde_json::from_str(include_str!("data/hash_vectors.json")).unwrap()
+}
+
+fn u64s(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn vendored_tokenizer_matches_python_tokenizers() {
+    let doc = vectors();
+    let tokens = encode(
+        vendored_tokenizer().unwrap(),
+        doc["text"].as_str().unwrap(),
+        "vendored",
+    )
+    .unwrap();
+    let want: Vec<u32> = u64s(&doc["tokens"]).into_iter().map(|t| t as u32).collect();
+    assert!(want.len() >= 250);
+    assert_eq!(tokens, want);
+}
+
+#[test]
+fn rows_match_independent_reference_at_each_scale_with_and_without_mask() {
+    let doc = vectors();
+    let tokens: Vec<u32> = u64s(&doc["tokens"]).into_iter().map(|t| t as u32).collect();
+    let mask: Vec<bool> = doc["mask"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_bool().unwrap())
+        .collect();
+    let cases = doc["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 4);
+    for case in cases {
+        let scale = case["layout"]["scale"].as_u64().unwrap();
+        let masked = case["masked"].as_bool().unwrap();
+        let layout = layout::preset("deepseek-v4.1-flash", scale).unwrap();
+        assert_eq!(
+            layout.vocab_size() as u64,
+            doc["vocab_size"].as_u64().unwrap()
+        );
+        assert_eq!(
+            u64::from(layout.compressed_vocab_size),
+            doc["compressed_vocab_size"].as_u64().unwrap()
+        );
+        assert_eq!(
+            u64::from(layout.pad_compressed_id),
+            doc["pad_compressed_id"].as_u64().unwrap()
+        );
+        for (t, table) in layout.tables.iter().enumerate() {
+            assert_eq!(table.rows, case["layout"]["rows"][t].as_u64().unwrap());
+            let primes: Vec<u64> = table.primes.iter().map(|&p| u64::from(p)).collect();
+            assert_eq!(
+                primes,
+                u64s(&case["layout"]["primes"][t]),
+                "scale {scale} table {t}"
+            );
+            assert_eq!(table.multipliers, u64s(&case["layout"]["multipliers"][t]));
+        }
+        let hasher = Hasher::new(&layout).unwrap();
+        let mut history = hasher.new_history();
+        let mut rows = Vec::new();
+        hasher
+            .hash(
+                &mut history,
+                &tokens,
+                masked.then_some(&mask[..]),
+                &mut rows,
+            )
+            .unwrap();
+        let want: Vec<u32> = case["token_rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|per_token| per_token.as_array().unwrap().iter().flat_map(u64s))
+            .map(|r| r as u32)
+            .collect();
+        assert_eq!(want.len(), tokens.len() * 48);
+        for (i, (got, want)) in rows.chunks(48).zip(want.chunks(48)).enumerate() {
+            assert_eq!(
+                got, want,
+                "scale {scale} masked {masked}: token {i} ({})",
+                tokens[i]
+            );
+        }
+    }
+}
