@@ -6,6 +6,7 @@ mod prefetch_util;
 
 use std::time::Duration;
 
+use engram::hash::Hasher;
 use engram::prefetch::{Engine, PrefetchConfig};
 use prefetch_util::*;
 use proptest::prelude::*;
@@ -49,7 +50,7 @@ fn config() -> impl Strategy<Value = PrefetchConfig> {
 fn case() -> impl Strategy<Value = Case> {
     (
         prop::collection::vec(0..VOCAB, 0..300),
-        prop::option::of(prop::collection::vec(prop::bool::weighted(0.85), 300)),
+        prop::option::of(prop::collection::vec(prop::bool::weighted(0.15), 300)),
         config(),
         prop::collection::vec(1u32..120, 1..12),
         0usize..6,
@@ -78,7 +79,17 @@ fn run(case: Case) {
     let cols = engine.layout().max_ngram_size.saturating_sub(1) * layout.n_heads;
     let mut seq = engine.sequence();
     let mask = case.mask.as_deref();
-    let ids = seq.row_ids(&case.prompt, mask).unwrap();
+    // The reference hash: the layout's hasher over a fresh history.
+    let ids = {
+        let hasher = Hasher::new(&layout).unwrap();
+        let mut history = hasher.new_history();
+        let mut ids = Vec::new();
+        hasher
+            .hash(&mut history, &case.prompt, mask, &mut ids)
+            .unwrap();
+        ids
+    };
+    assert_eq!(seq.row_ids(&case.prompt, mask).unwrap(), ids);
     let n = case.prompt.len() as u32;
     {
         let mut prefill = seq.prefill(&case.prompt, mask).unwrap();
@@ -124,6 +135,33 @@ fn run(case: Case) {
             assert_eq!(got, reference(&want_ids, tables, cols, table, 0, 1));
         }
     }
+    // Drop the decoded tokens again plus part of the prompt: the sequence
+    // hashes like one that never had them.
+    let back = (case.decode.len() + rollback).min(seq.len());
+    seq.rollback(back).unwrap();
+    let mut again = engine.sequence();
+    let keep = seq.len();
+    let all: Vec<u32> = case.prompt[..kept]
+        .iter()
+        .chain(&case.decode)
+        .copied()
+        .collect();
+    let all_mask: Option<Vec<bool>> = mask.map(|m| {
+        m[..kept]
+            .iter()
+            .copied()
+            .chain(case.decode.iter().map(|_| false))
+            .collect()
+    });
+    drop(
+        again
+            .prefill(&all[..keep], all_mask.as_deref().map(|m| &m[..keep]))
+            .unwrap(),
+    );
+    assert_eq!(
+        seq.row_ids(&[7], None).unwrap(),
+        again.row_ids(&[7], None).unwrap()
+    );
     let stats = seq.stats();
     assert_eq!(stats.decode.tables[0].waits, case.decode.len() as u64);
 }

@@ -20,7 +20,6 @@ mod prefill;
 mod read;
 pub mod ready;
 mod ring;
-mod rowhash;
 pub mod source;
 mod sync;
 mod view;
@@ -34,6 +33,7 @@ pub use prefill::Prefill;
 pub use view::RowsView;
 
 use crate::codec::Encoding;
+use crate::hash::{Hasher, History};
 use crate::layout::Layout;
 use crate::model::Model;
 use crate::stats::{Phase, Stats, StatsRecorder};
@@ -45,6 +45,7 @@ use source::RowSource;
 
 struct Shared {
     source: Arc<dyn RowSource>,
+    hasher: Hasher,
     /// Per table: Some(encoding) when rows are handed out decoded to f32.
     decode: Vec<Option<Encoding>>,
     layout: Layout,
@@ -115,6 +116,7 @@ impl Engine {
         .map_err(|e| Error::io("prefetch reader threads", e))?;
         Ok(Engine {
             shared: Arc::new(Shared {
+                hasher: Hasher::new(&layout)?,
                 source,
                 decode,
                 layout,
@@ -141,6 +143,7 @@ impl Engine {
             &stats,
         ));
         Sequence {
+            history: shared.hasher.new_history(),
             shared,
             steps,
             step: 0,
@@ -148,7 +151,6 @@ impl Engine {
             step_open: false,
             stats,
             tokens: Vec::new(),
-            live: Vec::new(),
         }
     }
 
@@ -209,7 +211,7 @@ fn decode_plan(
 }
 
 fn check_layout(layout: &Layout, source: &dyn RowSource) -> Result<usize> {
-    let columns = rowhash::columns(layout);
+    let columns = layout.max_ngram_size.saturating_sub(1) * layout.n_heads;
     if layout.tables.is_empty() || columns == 0 {
         return Err(Error::layout("tables", "the layout has no Engram columns"));
     }
@@ -270,7 +272,7 @@ pub struct Sequence {
     step_open: bool,
     stats: Arc<StatsRecorder>,
     tokens: Vec<u32>,
-    live: Vec<bool>,
+    history: History,
 }
 
 impl std::fmt::Debug for Sequence {
@@ -314,29 +316,29 @@ impl Sequence {
     }
 
     /// Row ids (`[token][table][column]`) the sequence's hash gives
-    /// `tokens` appended to it, without appending them.
+    /// `tokens` appended to it, without appending them. `mask[i] == true`
+    /// marks token `i` dead, as [`Hasher::hash`] does.
     pub fn row_ids(&self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Vec<u32>> {
-        // The hash looks back at most max_ngram_size - 1 tokens: a window of
-        // that much history is enough and keeps a step O(1) in the length.
-        let back = self.shared.layout.max_ngram_size.saturating_sub(1);
-        let keep = self.tokens.len().min(back);
-        let mut window = self.tokens[self.tokens.len() - keep..].to_vec();
-        let mut live = self.live[self.live.len() - keep..].to_vec();
-        append_tokens(&mut window, &mut live, tokens, mask)?;
-        let mut out = Vec::with_capacity(tokens.len() * self.tables() * self.shared.columns);
-        for pos in keep..window.len() {
-            rowhash::hash_position(&self.shared.layout, &window, &live, pos, &mut out)?;
-        }
+        // A history restored from a snapshot continues the sequence exactly
+        // and costs O(max_ngram_size), whatever the sequence length.
+        let mut history = History::from_snapshot(&self.history.snapshot());
+        let mut out = Vec::new();
+        self.shared
+            .hasher
+            .hash(&mut history, tokens, mask, &mut out)?;
         Ok(out)
     }
 
-    /// Appends `tokens` (with `mask[i] == false` marking token `i` dead, as
-    /// padding is) and starts reading their rows: one reader job per table
-    /// at once, ahead of the consumer's [`Prefill::wait`]s.
+    /// Appends `tokens` (`mask[i] == true` marks token `i` dead, as padding
+    /// is) and starts reading their rows: one reader job per table at once,
+    /// ahead of the consumer's [`Prefill::wait`]s.
     pub fn prefill(&mut self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Prefill<'_>> {
         self.check_open()?;
-        let ids = self.row_ids(tokens, mask)?;
-        append_tokens(&mut self.tokens, &mut self.live, tokens, mask)?;
+        let mut ids = Vec::new();
+        self.shared
+            .hasher
+            .hash(&mut self.history, tokens, mask, &mut ids)?;
+        self.tokens.extend_from_slice(tokens);
         self.start_prefill(tokens.len(), ids)
     }
 
@@ -385,18 +387,26 @@ impl Sequence {
     /// blocking. Blocks only if the previous step's reads are still running.
     pub fn step_begin(&mut self, token: u32) -> Result<()> {
         self.check_open()?;
-        let ids = self.row_ids(&[token], None)?;
+        let position = self.history.position();
+        let mut ids = Vec::new();
+        self.shared
+            .hasher
+            .hash(&mut self.history, &[token], None, &mut ids)?;
         self.finish_step_stats();
         self.step += 1;
         self.step_open = true;
-        self.steps.begin(
+        let begun = self.steps.begin(
             self.step,
             &ids,
             self.shared.config.prefetch,
             &self.shared.pool,
-        )?;
+        );
+        if let Err(e) = begun {
+            // The token was not taken: the sequence stays as it was.
+            self.history.rollback(position)?;
+            return Err(e);
+        }
         self.tokens.push(token);
-        self.live.push(true);
         if self.shared.config.lookup_hints {
             let config = &self.shared.config;
             let guess =
@@ -467,8 +477,8 @@ impl Sequence {
             )));
         }
         let keep = self.tokens.len() - n;
+        self.history.rollback(keep as u64)?;
         self.tokens.truncate(keep);
-        self.live.truncate(keep);
         Ok(())
     }
 
@@ -499,30 +509,5 @@ impl Sequence {
 impl Drop for Sequence {
     fn drop(&mut self) {
         self.steps.cancel_and_join(&self.shared.pool);
-    }
-}
-
-fn append_tokens(
-    tokens: &mut Vec<u32>,
-    live: &mut Vec<bool>,
-    new: &[u32],
-    mask: Option<&[bool]>,
-) -> Result<()> {
-    match mask {
-        Some(m) if m.len() != new.len() => Err(Error::InvalidArgument(format!(
-            "mask of {} entries for {} tokens",
-            m.len(),
-            new.len()
-        ))),
-        Some(m) => {
-            tokens.extend_from_slice(new);
-            live.extend_from_slice(m);
-            Ok(())
-        }
-        None => {
-            tokens.extend_from_slice(new);
-            live.extend(std::iter::repeat_n(true, new.len()));
-            Ok(())
-        }
     }
 }
