@@ -17,11 +17,18 @@ pub enum RowFormat {
 /// Options of a prefetch [`super::Engine`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrefetchConfig {
-    /// Tokens per prefill read batch after the first (default 2,048).
+    /// Ring chunk size in tokens (default 2,048): the ring of a table holds
+    /// `ring_chunks` of them.
     pub chunk_tokens: u32,
     /// Tokens in the first read batch, smaller so the first consumer starts
-    /// early (default 256).
+    /// early (default 128).
     pub first_chunk_tokens: u32,
+    /// Tokens per later read batch; batches end at multiples of it and each
+    /// is published when read (default 256).
+    pub read_batch_tokens: u32,
+    /// Read batches of one prefill in flight at once, at most one per table
+    /// (default 1: the device serves the most urgent batch first).
+    pub prefill_batches_in_flight: usize,
     /// Ring capacity per table, in chunks: prefill row memory per table is
     /// `ring_chunks * chunk_tokens * rows_per_token * row_bytes`, whatever
     /// the prompt length (default 4).
@@ -60,7 +67,9 @@ impl Default for PrefetchConfig {
     fn default() -> Self {
         PrefetchConfig {
             chunk_tokens: 2048,
-            first_chunk_tokens: 256,
+            first_chunk_tokens: 128,
+            read_batch_tokens: 256,
+            prefill_batches_in_flight: 1,
             ring_chunks: 4,
             overlap_threshold: 1024,
             prefetch: true,
@@ -102,8 +111,13 @@ impl PrefetchConfig {
     /// Checks the values are usable.
     pub fn validate(&self) -> Result<()> {
         let bad = |what: String| Err(Error::InvalidArgument(what));
-        if self.chunk_tokens == 0 || self.first_chunk_tokens == 0 {
-            return bad("chunk_tokens and first_chunk_tokens must be at least 1".into());
+        if self.chunk_tokens == 0 || self.first_chunk_tokens == 0 || self.read_batch_tokens == 0 {
+            return bad(
+                "chunk_tokens, first_chunk_tokens and read_batch_tokens must be at least 1".into(),
+            );
+        }
+        if self.prefill_batches_in_flight == 0 {
+            return bad("prefill_batches_in_flight must be at least 1".into());
         }
         if self.ring_chunks == 0 {
             return bad("ring_chunks must be at least 1".into());

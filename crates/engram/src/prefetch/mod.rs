@@ -364,7 +364,13 @@ impl Sequence {
                 config.first_chunk_tokens
             }
             .max(1),
-            chunk: if whole { tokens } else { config.chunk_tokens }.max(1),
+            read_batch: if whole {
+                tokens
+            } else {
+                config.read_batch_tokens
+            }
+            .max(1),
+            in_flight: config.prefill_batches_in_flight,
             mode: if overlap { Mode::Overlap } else { Mode::AtWait },
             batch: config.batch,
             whole_table: whole,
@@ -372,7 +378,7 @@ impl Sequence {
         let tables = self.tables();
         let cols = vec![self.shared.columns; tables];
         Ok(Prefill::start(PrefillSetup {
-            first_id: self.shared.ids(tables as u64),
+            id: self.shared.ids(1),
             decode: &self.shared.decode,
             ids: ids.into(),
             cols: &cols,

@@ -9,6 +9,18 @@
 //! the ring's free space. Memory is therefore fixed by the configuration,
 //! except with `pipeline` off, where (as in the peers) the ring holds the
 //! whole prompt and a wait blocks until the whole table is read.
+//!
+//! Reads go out in batches of `read_batch_tokens` tokens (the first one of
+//! `first_chunk_tokens`), aligned to multiples of the batch so batch ends
+//! meet the consumer's usual wait points, and each batch is published as it
+//! completes. A prefill keeps at most `prefill_batches_in_flight` batches in
+//! flight (one per table at most, so each table publishes in order) and
+//! picks the next by when the consumer needs it: a table a consumer is
+//! blocked on first, then the earliest tokens, then table 0 (its layer comes
+//! first). With one batch in flight the device serves table 0's rows for a
+//! ubatch before table 1's, instead of splitting its bandwidth between a
+//! table needed now and one needed 13 layers later; the batch itself keeps
+//! the device queue full.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,23 +51,48 @@ pub(crate) enum Mode {
 pub(crate) struct Plan {
     pub tokens: u32,
     pub ring_tokens: u32,
+    /// Tokens in the first read batch.
     pub first_chunk: u32,
-    pub chunk: u32,
+    /// Tokens per later read batch (batches end at multiples of it).
+    pub read_batch: u32,
+    /// Batches of one prefill in flight at once (at most one per table).
+    pub in_flight: usize,
     pub mode: Mode,
     pub batch: bool,
     /// Pipeline off: a wait blocks until the whole table is read.
     pub whole_table: bool,
 }
 
+/// Which batches of a prefill are queued or running, and what comes next.
 struct Sched {
-    next: u32,
-    in_flight: bool,
+    /// Per table: the first token not yet scheduled.
+    next: Vec<u32>,
+    /// Per table: a batch is queued or running.
+    busy: Vec<bool>,
+    /// Per table: a batch failed (its waiters get the error; the other
+    /// tables go on).
+    failed: Vec<bool>,
+    /// Batches queued or running, all tables.
+    in_flight: usize,
+    /// No more batches (cancelled, failed or the engine is gone).
     stopped: bool,
+}
+
+/// A prefill's reader state: the tables' jobs and the shared schedule.
+pub(crate) struct PrefillCore {
+    id: u64,
+    jobs: Vec<TableJob>,
+    plan: Plan,
+    sched: Mutex<Sched>,
+    /// Pool tasks holding this prefill; its own `Arc` so a task can drop its
+    /// reference to the core before it leaves (then `cancel_and_join`
+    /// returning means no task holds the core any more).
+    flight: Arc<InFlight>,
+    pool: Arc<PoolShared>,
 }
 
 /// One table's reader state for one prefill.
 pub(crate) struct TableJob {
-    id: u64,
     table: usize,
     tables: usize,
     cols: usize,
@@ -69,16 +106,10 @@ pub(crate) struct TableJob {
     /// Tokens before this the consumer no longer holds (the reader may
     /// overwrite their ring slots).
     released: AtomicU32,
-    /// Set while a consumer is blocked on this job: its next chunk goes first.
+    /// Set while a consumer is blocked on this table: its batches go first.
     waited_on: AtomicBool,
-    sched: Mutex<Sched>,
-    /// Pool tasks holding this job; its own `Arc` so a task can drop its
-    /// job reference before it leaves (then `cancel_and_join` returning
-    /// means no task holds the job any more).
-    flight: Arc<InFlight>,
     source: Arc<dyn RowSource>,
     stats: Arc<StatsRecorder>,
-    pool: Arc<PoolShared>,
 }
 
 impl TableJob {
@@ -138,103 +169,150 @@ impl TableJob {
         }
         Ok(())
     }
+}
 
-    /// Queues the next chunk if none is in flight and the ring has room.
-    fn try_schedule(self: &Arc<Self>) {
-        let mut s = lock(&self.sched);
-        if s.in_flight || s.stopped || s.next >= self.plan.tokens {
-            return;
-        }
-        let limit = self
-            .released
-            .load(Ordering::Acquire)
-            .saturating_add(self.plan.ring_tokens);
-        let len = if s.next == 0 {
+impl PrefillCore {
+    /// End of the batch that starts at `start`.
+    fn batch_end(&self, start: u32) -> u32 {
+        if start == 0 {
             self.plan.first_chunk
         } else {
-            self.plan.chunk
-        };
-        let end = s.next.saturating_add(len).min(limit).min(self.plan.tokens);
-        if end <= s.next {
-            return; // parked until the consumer releases ring space
+            (start / self.plan.read_batch + 1).saturating_mul(self.plan.read_batch)
         }
-        let start = s.next;
-        s.next = end;
-        s.in_flight = true;
-        self.flight.enter();
-        drop(s);
-        self.pool.submit_demand(Box::new(ChunkTask {
-            job: self.clone(),
-            start,
-            end,
-        }));
     }
 
-    fn finish_chunk(self: &Arc<Self>, result: Result<u32>) {
-        match result {
-            Ok(end) => self.ready.publish(end),
-            Err(e) => {
-                lock(&self.sched).stopped = true;
-                self.ready.fail(e);
+    /// Queues the most urgent batches the limits allow: a table not busy,
+    /// with ring room, preferring a table a consumer is blocked on, then the
+    /// earliest tokens, then the lower table.
+    fn try_schedule(self: &Arc<Self>) {
+        // Tasks are submitted after the lock is released: a pool that is
+        // shutting down abandons a task at once, and abandoning takes it.
+        let mut ready = Vec::new();
+        {
+            let mut s = lock(&self.sched);
+            while !s.stopped && s.in_flight < self.plan.in_flight {
+                let candidate = self
+                    .jobs
+                    .iter()
+                    .filter(|job| !s.busy[job.table] && !s.failed[job.table])
+                    .filter_map(|job| {
+                        let start = s.next[job.table];
+                        let limit = job
+                            .released
+                            .load(Ordering::Acquire)
+                            .saturating_add(self.plan.ring_tokens);
+                        let end = self.batch_end(start).min(limit).min(self.plan.tokens);
+                        (end > start).then_some((job.table, start, end))
+                    })
+                    .min_by_key(|&(table, start, _)| {
+                        let waited = self.jobs[table].waited_on.load(Ordering::Relaxed);
+                        (!waited, start, table)
+                    });
+                let Some((table, start, end)) = candidate else {
+                    break; // done, or parked until the consumer frees ring room
+                };
+                s.next[table] = end;
+                s.busy[table] = true;
+                s.in_flight += 1;
+                self.flight.enter();
+                ready.push(ChunkTask {
+                    core: self.clone(),
+                    table,
+                    start,
+                    end,
+                });
             }
         }
-        lock(&self.sched).in_flight = false;
+        for task in ready {
+            self.pool.submit_demand(Box::new(task));
+        }
+    }
+
+    fn finish_batch(self: &Arc<Self>, table: usize, result: Result<u32>) {
+        let job = &self.jobs[table];
+        match result {
+            Ok(end) => job.ready.publish(end),
+            Err(e) => {
+                lock(&self.sched).failed[table] = true;
+                job.ready.fail(e);
+            }
+        }
+        {
+            let mut s = lock(&self.sched);
+            s.busy[table] = false;
+            s.in_flight -= 1;
+        }
         self.try_schedule();
     }
 
-    /// Stops the job: no more chunks, waiters get `Cancelled`, queued chunks
-    /// dropped; returns once no pool thread touches the ring.
+    /// Stops the prefill: no more batches, waiters get `Cancelled`, queued
+    /// batches dropped; returns once no pool thread touches the rings.
     fn cancel_and_join(&self) {
         lock(&self.sched).stopped = true;
-        self.ready.cancel();
+        for job in &self.jobs {
+            job.ready.cancel();
+        }
         self.pool.cancel_owner(self.id);
         self.flight.wait_idle();
     }
 }
 
 struct ChunkTask {
-    job: Arc<TableJob>,
+    core: Arc<PrefillCore>,
+    table: usize,
     start: u32,
     end: u32,
 }
 
 impl Task for ChunkTask {
     fn run(self: Box<Self>) {
-        let ChunkTask { job, start, end } = *self;
+        let ChunkTask {
+            core,
+            table,
+            start,
+            end,
+        } = *self;
+        let job = &core.jobs[table];
         let result = if job.ready.is_cancelled() {
             Err(Error::Cancelled)
         } else {
             job.read_range(start, end, Phase::Prefill).map(|()| end)
         };
-        job.finish_chunk(result);
-        let flight = job.flight.clone();
-        drop(job);
+        core.finish_batch(table, result);
+        let flight = core.flight.clone();
+        drop(core);
         flight.leave();
     }
 
     fn abandon(self: Box<Self>) {
-        let job = self.job;
-        lock(&job.sched).stopped = true;
-        job.ready.cancel();
-        lock(&job.sched).in_flight = false;
-        let flight = job.flight.clone();
-        drop(job);
+        let core = self.core;
+        {
+            let mut s = lock(&core.sched);
+            s.stopped = true;
+            s.busy[self.table] = false;
+            s.in_flight -= 1;
+        }
+        for job in &core.jobs {
+            job.ready.cancel();
+        }
+        let flight = core.flight.clone();
+        drop(core);
         flight.leave();
     }
 
     fn owner(&self) -> u64 {
-        self.job.id
+        self.core.id
     }
 
     fn urgency(&self) -> (u32, u32, u32) {
-        let waited = u32::from(!self.job.waited_on.load(Ordering::Relaxed));
-        (waited, self.start, self.job.table as u32)
+        let job = &self.core.jobs[self.table];
+        let waited = u32::from(!job.waited_on.load(Ordering::Relaxed));
+        (waited, self.start, self.table as u32)
     }
 }
 
 /// Per-table consumer state of a prefill.
 struct Consumer {
-    job: Arc<TableJob>,
     /// End of the last view returned (start of the next).
     upto: u32,
     /// (from, upto, stall per token in ns) of each wait, for the per-token
@@ -245,6 +323,7 @@ struct Consumer {
 /// A running prefill of one sequence. Dropping it cancels its readers and
 /// joins them before the ring buffers are freed.
 pub struct Prefill<'s> {
+    core: Arc<PrefillCore>,
     consumers: Vec<Consumer>,
     stats: Arc<StatsRecorder>,
     _sequence: std::marker::PhantomData<&'s mut ()>,
@@ -252,7 +331,7 @@ pub struct Prefill<'s> {
 
 /// Everything a prefill needs from its engine and sequence.
 pub(crate) struct PrefillSetup<'a> {
-    pub first_id: u64,
+    pub id: u64,
     /// Per table: Some(encoding) to decode rows to f32.
     pub decode: &'a [Option<Encoding>],
     pub ids: Arc<[u32]>,
@@ -267,15 +346,14 @@ impl<'s> Prefill<'s> {
     pub(crate) fn start(setup: PrefillSetup<'_>) -> Prefill<'s> {
         let tables = setup.cols.len();
         let cols = setup.cols[0];
-        let consumers = (0..tables)
+        let jobs = (0..tables)
             .map(|table| {
                 let decode = setup.decode[table];
                 let row_bytes = match decode {
                     Some(_) => ROW_DIM * 4,
                     None => setup.source.row_bytes(table),
                 };
-                let job = Arc::new(TableJob {
-                    id: setup.first_id + table as u64,
+                TableJob {
                     table,
                     tables,
                     cols,
@@ -287,31 +365,36 @@ impl<'s> Prefill<'s> {
                     ready: Ready::new(),
                     released: AtomicU32::new(0),
                     waited_on: AtomicBool::new(false),
-                    sched: Mutex::new(Sched {
-                        next: 0,
-                        in_flight: false,
-                        stopped: false,
-                    }),
-                    flight: Arc::new(InFlight::new()),
                     source: setup.source.clone(),
                     stats: setup.stats.clone(),
-                    pool: setup.pool.clone(),
-                });
-                Consumer {
-                    job,
-                    upto: 0,
-                    stalls: Vec::new(),
                 }
             })
-            .collect::<Vec<_>>();
+            .collect();
+        let core = Arc::new(PrefillCore {
+            id: setup.id,
+            jobs,
+            plan: setup.plan,
+            sched: Mutex::new(Sched {
+                next: vec![0; tables],
+                busy: vec![false; tables],
+                failed: vec![false; tables],
+                in_flight: 0,
+                stopped: false,
+            }),
+            flight: Arc::new(InFlight::new()),
+            pool: setup.pool.clone(),
+        });
         if setup.plan.mode == Mode::Overlap {
-            // Table 0 is needed first (its layer comes first): queue it first.
-            for c in &consumers {
-                c.job.try_schedule();
-            }
+            core.try_schedule();
         }
         Prefill {
-            consumers,
+            core,
+            consumers: (0..tables)
+                .map(|_| Consumer {
+                    upto: 0,
+                    stalls: Vec::new(),
+                })
+                .collect(),
             stats: setup.stats.clone(),
             _sequence: std::marker::PhantomData,
         }
@@ -319,17 +402,17 @@ impl<'s> Prefill<'s> {
 
     /// Tokens in the prefill.
     pub fn tokens(&self) -> u32 {
-        self.consumers[0].job.plan.tokens
+        self.core.plan.tokens
     }
 
     /// Most tokens one wait may cover (the ring capacity).
     pub fn max_wait_tokens(&self) -> u32 {
-        self.consumers[0].job.plan.ring_tokens
+        self.core.plan.ring_tokens
     }
 
     /// Tokens of `table` whose rows are already read (no blocking).
     pub fn ready_tokens(&self, table: usize) -> Option<u32> {
-        self.consumers.get(table).map(|c| c.job.ready.count())
+        self.core.jobs.get(table).map(|job| job.ready.count())
     }
 
     /// Blocks until the rows of tokens `[0, upto)` of `table` are read and
@@ -338,32 +421,30 @@ impl<'s> Prefill<'s> {
     /// and offset) or [`Error::Cancelled`].
     pub fn wait(&mut self, table: usize, upto: u32) -> Result<RowsView<'_>> {
         let from = self.check_wait(table, upto)?;
-        let consumer = &mut self.consumers[table];
-        let job = consumer.job.clone();
-        if job.pool.is_shutdown() && job.ready.count() < upto {
+        let core = self.core.clone();
+        let job = &core.jobs[table];
+        if core.pool.is_shutdown() && job.ready.count() < upto {
             return Err(Error::Cancelled); // the engine is gone
         }
         // Release the previous view's slots, then let the reader use them.
         job.released.store(from, Ordering::Release);
         let started = Instant::now();
-        let result = match job.plan.mode {
+        let result = match core.plan.mode {
             Mode::Overlap => {
-                job.try_schedule();
-                let target = if job.plan.whole_table {
-                    job.plan.tokens // pipeline off: the whole table
+                let target = if core.plan.whole_table {
+                    core.plan.tokens // pipeline off: the whole table
                 } else {
                     upto
                 };
-                blocking_wait(&job, target)
+                blocking_wait(&core, job, target)
             }
-            Mode::AtWait => read_at_wait(&job, upto),
+            Mode::AtWait => read_at_wait(job, upto),
         };
         let stall = started.elapsed();
         result?;
-        consumer.upto = upto;
+        self.consumers[table].upto = upto;
         self.record(table, from, upto, stall);
-        let consumer = &self.consumers[table];
-        Ok(view(&consumer.job, from, upto))
+        Ok(view(&self.core.jobs[table], from, upto))
     }
 
     /// [`Prefill::wait`], copying the rows into `out` (exactly the view's
@@ -379,7 +460,7 @@ impl<'s> Prefill<'s> {
                 self.consumers.len()
             )));
         };
-        let plan = consumer.job.plan;
+        let plan = self.core.plan;
         let from = consumer.upto;
         if upto < from || upto > plan.tokens {
             return Err(Error::InvalidArgument(format!(
@@ -441,18 +522,20 @@ impl<'s> Prefill<'s> {
 
 impl Drop for Prefill<'_> {
     fn drop(&mut self) {
-        for c in &self.consumers {
-            c.job.cancel_and_join();
-        }
+        self.core.cancel_and_join();
         self.record_token_totals();
     }
 }
 
-fn blocking_wait(job: &TableJob, target: u32) -> Result<()> {
+fn blocking_wait(core: &Arc<PrefillCore>, job: &TableJob, target: u32) -> Result<()> {
+    // The released slots may let a parked table go on.
+    core.try_schedule();
     if let Some(done) = job.ready.try_wait(target) {
         return done.map(drop);
     }
     job.waited_on.store(true, Ordering::Relaxed);
+    // Re-pick with this table marked urgent.
+    core.try_schedule();
     let result = job.ready.wait(target).map(drop);
     job.waited_on.store(false, Ordering::Relaxed);
     result
