@@ -6,7 +6,11 @@ use crate::{Error, Result};
 /// `rows_per_token` rows of `row_bytes` bytes, token-major, in at most two
 /// contiguous parts (the ring may wrap between them).
 ///
-/// Valid until the next wait on the same table (the borrow enforces it).
+/// In Rust the borrow ends the view at the next call on its prefill or
+/// sequence. The memory itself stays untouched until the next wait on the
+/// same table (or the prefill's drop, or the next `step_begin`), which is
+/// the contract a foreign-function caller holding the [`RowsView::parts`]
+/// pointers can rely on.
 #[derive(Debug, Clone, Copy)]
 pub struct RowsView<'a> {
     pub(crate) first_token: u32,
