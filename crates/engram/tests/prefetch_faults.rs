@@ -21,6 +21,7 @@ fn overlap_config() -> PrefetchConfig {
     PrefetchConfig {
         chunk_tokens: 16,
         first_chunk_tokens: 4,
+        read_batch_tokens: 8,
         ring_chunks: 2,
         overlap_threshold: 0,
         ..PrefetchConfig::default()

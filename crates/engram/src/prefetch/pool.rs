@@ -259,3 +259,101 @@ fn worker(shared: &PoolShared, role: Role) {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A task that reports its name when run (or abandoned) and, if given a
+    /// gate, blocks until the gate opens.
+    struct Probe {
+        name: &'static str,
+        owner: u64,
+        log: mpsc::Sender<&'static str>,
+        gate: Option<mpsc::Receiver<()>>,
+    }
+
+    impl Task for Probe {
+        fn run(self: Box<Self>) {
+            if let Some(gate) = &self.gate {
+                self.log.send("gate running").unwrap();
+                gate.recv_timeout(Duration::from_secs(10)).unwrap();
+            }
+            self.log.send(self.name).unwrap();
+        }
+        fn abandon(self: Box<Self>) {
+            self.log.send("abandoned").unwrap();
+        }
+        fn owner(&self) -> u64 {
+            self.owner
+        }
+    }
+
+    fn probe(name: &'static str, log: &mpsc::Sender<&'static str>) -> Box<Probe> {
+        Box::new(Probe {
+            name,
+            owner: 1,
+            log: log.clone(),
+            gate: None,
+        })
+    }
+
+    #[test]
+    fn hints_run_only_when_no_demand_is_queued() {
+        let mut pool = Pool::start(1, 1, 8).unwrap();
+        let shared = pool.shared();
+        let (log, seen) = mpsc::channel();
+        let (open, gate) = mpsc::channel();
+        // Occupy the only general thread, then queue a hint before demand.
+        shared.submit_demand(Box::new(Probe {
+            name: "gate",
+            owner: 1,
+            log: log.clone(),
+            gate: Some(gate),
+        }));
+        let limit = Duration::from_secs(10);
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "gate running");
+        shared.submit_hint(probe("hint", &log));
+        shared.submit_demand(probe("demand", &log));
+        // A decode step is served by the decode thread meanwhile.
+        shared.submit_decode(probe("decode", &log));
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "decode");
+        open.send(()).unwrap();
+        let order: Vec<_> = (0..3).map(|_| seen.recv_timeout(limit).unwrap()).collect();
+        assert_eq!(order, ["gate", "demand", "hint"]);
+        pool.shutdown();
+    }
+
+    #[test]
+    fn shutdown_abandons_queued_work_and_joins() {
+        let mut pool = Pool::start(1, 1, 1).unwrap();
+        let shared = pool.shared();
+        let (log, seen) = mpsc::channel();
+        let (open, gate) = mpsc::channel();
+        shared.submit_demand(Box::new(Probe {
+            name: "gate",
+            owner: 2,
+            log: log.clone(),
+            gate: Some(gate),
+        }));
+        let limit = Duration::from_secs(10);
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "gate running");
+        shared.submit_demand(probe("queued", &log));
+        // The hint bound is 1: the older hint is dropped (abandoned).
+        shared.submit_hint(probe("old hint", &log));
+        shared.submit_hint(probe("new hint", &log));
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
+        shared.cancel_owner(1);
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
+        open.send(()).unwrap();
+        pool.shutdown();
+        let rest: Vec<_> = seen.try_iter().collect();
+        assert_eq!(rest, ["gate"], "{rest:?}");
+        assert!(shared.is_shutdown());
+        shared.submit_demand(probe("late", &log));
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
+    }
+}
