@@ -226,6 +226,18 @@ fn main() -> Result<()> {
         )?,
         run("overlap", &m, &path, base.clone(), false, &a, &tokens)?,
         run(
+            "overlap, tables in parallel",
+            &m,
+            &path,
+            PrefetchConfig {
+                prefill_batches_in_flight: 2,
+                ..base.clone()
+            },
+            false,
+            &a,
+            &tokens,
+        )?,
+        run(
             "overlap + cache + lookup hints",
             &m,
             &path,

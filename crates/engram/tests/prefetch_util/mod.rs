@@ -164,6 +164,8 @@ pub fn reference(
 /// Runs `f` on a thread and fails the test if it does not finish in time
 /// (so a hang is a failure, not a stuck suite).
 pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    // Miri interprets about a thousand times slower than native code.
+    let limit = if cfg!(miri) { limit * 200 } else { limit };
     let (tx, rx) = mpsc::channel();
     let handle = std::thread::spawn(move || {
         let _ = tx.send(f());
