@@ -15,5 +15,7 @@ pub mod hash;
 pub mod io;
 pub mod layout;
 pub mod model;
+pub mod prefetch;
+pub mod stats;
 
 pub use error::{Error, Result};

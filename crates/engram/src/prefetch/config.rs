@@ -1,0 +1,165 @@
+//! Scheduler options, with the environment switches the peers use.
+
+use crate::{Error, Result};
+
+/// How rows are handed to the consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RowFormat {
+    /// The bytes as stored (`row_bytes` per row).
+    #[default]
+    Raw,
+    /// Decoded to BF16-rounded f32 (`ROW_DIM` values per row), by the
+    /// reader threads, so the consumer gets values ready to use. Needs the
+    /// tables' encodings ([`super::Engine::for_model`]).
+    F32,
+}
+
+/// Options of a prefetch [`super::Engine`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefetchConfig {
+    /// Ring chunk size in tokens (default 2,048): the ring of a table holds
+    /// `ring_chunks` of them.
+    pub chunk_tokens: u32,
+    /// Tokens in the first read batch, smaller so the first consumer starts
+    /// early (default 128).
+    pub first_chunk_tokens: u32,
+    /// Tokens per later read batch; batches end at multiples of it and each
+    /// is published when read (default 256).
+    pub read_batch_tokens: u32,
+    /// Read batches of one prefill in flight at once, at most one per table
+    /// (default 1: the device serves the most urgent batch first).
+    pub prefill_batches_in_flight: usize,
+    /// Ring capacity per table, in chunks: prefill row memory per table is
+    /// `ring_chunks * chunk_tokens * rows_per_token * row_bytes`, whatever
+    /// the prompt length (default 4).
+    pub ring_chunks: u32,
+    /// Prompts shorter than this are read synchronously at the wait, as the
+    /// peers do (default 1,024).
+    pub overlap_threshold: u32,
+    /// `false` (ENGRAM_PREFETCH=0): no prefetch; rows are read at the wait,
+    /// on the consumer's thread, in prefill and in decode.
+    pub prefetch: bool,
+    /// `false` (ENGRAM_PIPELINE=0): a prefill reads each table in one batch
+    /// and a wait blocks for the whole table, not per chunk. The ring then
+    /// holds the whole prompt, as the peers' buffer does.
+    pub pipeline: bool,
+    /// `false` (ENGRAM_BATCH=0): rows are read one at a time, one request
+    /// per row, instead of in batches.
+    pub batch: bool,
+    /// Row format handed to the consumer.
+    pub format: RowFormat,
+    /// Pool threads serving prefill chunks and hints (default 4).
+    pub workers: usize,
+    /// Pool threads serving only decode steps, so a step never queues behind
+    /// a prefill chunk (default 2: one per table).
+    pub decode_workers: usize,
+    /// Issue prompt-lookup hints after each decode step (default off).
+    pub lookup_hints: bool,
+    /// Longest suffix n-gram the prompt-lookup predictor matches (default 3).
+    pub lookup_max_ngram: usize,
+    /// Tokens the predictor proposes per step (default 2).
+    pub lookup_tokens: usize,
+    /// Hint batches queued at most; older ones are dropped (default 64).
+    pub max_queued_hints: usize,
+}
+
+impl Default for PrefetchConfig {
+    fn default() -> Self {
+        PrefetchConfig {
+            chunk_tokens: 2048,
+            first_chunk_tokens: 128,
+            read_batch_tokens: 256,
+            prefill_batches_in_flight: 1,
+            ring_chunks: 4,
+            overlap_threshold: 1024,
+            prefetch: true,
+            pipeline: true,
+            batch: true,
+            format: RowFormat::Raw,
+            workers: 4,
+            decode_workers: 2,
+            lookup_hints: false,
+            lookup_max_ngram: 3,
+            lookup_tokens: 2,
+            max_queued_hints: 64,
+        }
+    }
+}
+
+impl PrefetchConfig {
+    /// The defaults with the environment switches applied.
+    pub fn from_env() -> PrefetchConfig {
+        let mut config = PrefetchConfig::default();
+        config.apply_env_from(|name| std::env::var(name).ok());
+        config
+    }
+
+    /// Applies ENGRAM_PREFETCH, ENGRAM_PIPELINE and ENGRAM_BATCH as looked
+    /// up by `var`: a value of `0` turns the feature off, `1` on; unset or
+    /// anything else leaves it as it is.
+    pub fn apply_env_from(&mut self, var: impl Fn(&str) -> Option<String>) {
+        let switch = |name: &str, field: &mut bool| match var(name).as_deref().map(str::trim) {
+            Some("0") => *field = false,
+            Some("1") => *field = true,
+            _ => {}
+        };
+        switch("ENGRAM_PREFETCH", &mut self.prefetch);
+        switch("ENGRAM_PIPELINE", &mut self.pipeline);
+        switch("ENGRAM_BATCH", &mut self.batch);
+    }
+
+    /// Checks the values are usable.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::InvalidArgument(what));
+        if self.chunk_tokens == 0 || self.first_chunk_tokens == 0 || self.read_batch_tokens == 0 {
+            return bad(
+                "chunk_tokens, first_chunk_tokens and read_batch_tokens must be at least 1".into(),
+            );
+        }
+        if self.prefill_batches_in_flight == 0 {
+            return bad("prefill_batches_in_flight must be at least 1".into());
+        }
+        if self.ring_chunks == 0 {
+            return bad("ring_chunks must be at least 1".into());
+        }
+        if self.chunk_tokens.checked_mul(self.ring_chunks).is_none() {
+            return bad(format!(
+                "ring of {} chunks of {} tokens overflows",
+                self.ring_chunks, self.chunk_tokens
+            ));
+        }
+        if self.workers == 0 || self.decode_workers == 0 || self.workers + self.decode_workers > 256
+        {
+            return bad(format!(
+                "workers {} and decode_workers {} must be 1..=256 in total",
+                self.workers, self.decode_workers
+            ));
+        }
+        if self.lookup_max_ngram == 0 {
+            return bad("lookup_max_ngram must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// Ring capacity per table in tokens.
+    pub fn ring_tokens(&self) -> u32 {
+        self.chunk_tokens.saturating_mul(self.ring_chunks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_switches_mirror_the_peers() {
+        let mut c = PrefetchConfig::default();
+        c.apply_env_from(|n| (n != "ENGRAM_PIPELINE").then(|| "0".to_string()));
+        assert!(!c.prefetch && c.pipeline && !c.batch);
+        c.apply_env_from(|n| (n == "ENGRAM_BATCH").then(|| "1".to_string()));
+        assert!(c.batch);
+        assert!(c.validate().is_ok());
+        c.ring_chunks = 0;
+        assert!(c.validate().is_err());
+    }
+}

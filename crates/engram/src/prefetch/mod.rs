@@ -1,0 +1,519 @@
+//! The prefetch scheduler: reads Engram rows ahead of the layer that needs
+//! them, in prefill (a bounded ring of chunks per table) and in decode (both
+//! tables' reads issued the moment the token is known).
+//!
+//! An [`Engine`] owns a model's row source and a persistent pool of reader
+//! threads; [`Sequence`]s on it (several at once) share both, and the row
+//! cache if the source has one. A sequence runs a [`Prefill`] over a prompt,
+//! then decode steps ([`Sequence::step_begin`] / [`Sequence::step_wait`]),
+//! and may send hints (rows of likely next tokens) at low priority.
+//!
+//! Lifetimes: dropping a prefill, a sequence or the engine cancels its
+//! pending reads and waits until no reader touches its buffers; waiters see
+//! [`crate::Error::Cancelled`].
+
+mod config;
+mod decode;
+pub mod lookup;
+mod pool;
+mod prefill;
+mod read;
+pub mod ready;
+mod ring;
+pub mod source;
+mod sync;
+mod view;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use config::{PrefetchConfig, RowFormat};
+pub use prefill::Prefill;
+pub use view::RowsView;
+
+use crate::codec::Encoding;
+use crate::hash::{Hasher, History};
+use crate::layout::Layout;
+use crate::model::Model;
+use crate::stats::{Phase, Stats, StatsRecorder};
+use crate::{Error, Result};
+use decode::{HintTask, StepJob};
+use pool::{Pool, PoolShared};
+use prefill::{Mode, Plan, PrefillSetup};
+use source::RowSource;
+
+struct Shared {
+    source: Arc<dyn RowSource>,
+    hasher: Hasher,
+    /// Per table: Some(encoding) when rows are handed out decoded to f32.
+    decode: Vec<Option<Encoding>>,
+    layout: Layout,
+    config: PrefetchConfig,
+    columns: usize,
+    pool: Arc<PoolShared>,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    fn ids(&self, n: u64) -> u64 {
+        self.next_id.fetch_add(n, Ordering::Relaxed)
+    }
+}
+
+/// A prefetch engine over one model's rows.
+pub struct Engine {
+    shared: Arc<Shared>,
+    pool: Pool,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("source", &self.shared.source.name())
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// An engine reading `layout`'s tables from `source`, with its reader
+    /// threads started. Checks that the source has the layout's tables.
+    pub fn new(
+        source: Arc<dyn RowSource>,
+        layout: Layout,
+        config: PrefetchConfig,
+    ) -> Result<Engine> {
+        Engine::with_encodings(source, layout, None, config)
+    }
+
+    /// An engine over `model`'s tables read through `source` (opened on the
+    /// model's table locations); knows the encodings, so
+    /// [`RowFormat::F32`] is available.
+    pub fn for_model(
+        model: &Model,
+        source: Arc<dyn RowSource>,
+        config: PrefetchConfig,
+    ) -> Result<Engine> {
+        let encodings = model.tables.iter().map(|t| t.encoding).collect();
+        Engine::with_encodings(source, model.layout.clone(), Some(encodings), config)
+    }
+
+    fn with_encodings(
+        source: Arc<dyn RowSource>,
+        layout: Layout,
+        encodings: Option<Vec<Encoding>>,
+        config: PrefetchConfig,
+    ) -> Result<Engine> {
+        config.validate()?;
+        let columns = check_layout(&layout, source.as_ref())?;
+        let decode = decode_plan(&config, encodings, source.as_ref())?;
+        let pool = Pool::start(
+            config.workers,
+            config.decode_workers,
+            config.max_queued_hints,
+        )
+        .map_err(|e| Error::io("prefetch reader threads", e))?;
+        Ok(Engine {
+            shared: Arc::new(Shared {
+                hasher: Hasher::new(&layout)?,
+                source,
+                decode,
+                layout,
+                config,
+                columns,
+                pool: pool.shared(),
+                next_id: AtomicU64::new(1),
+            }),
+            pool,
+        })
+    }
+
+    /// A new, empty sequence.
+    pub fn sequence(&self) -> Sequence {
+        let shared = self.shared.clone();
+        let stats = Arc::new(StatsRecorder::new(shared.layout.tables.len()));
+        let cols = vec![shared.columns; shared.layout.tables.len()];
+        let steps = Arc::new(StepJob::new(
+            shared.ids(1),
+            &cols,
+            &shared.decode,
+            shared.config.batch,
+            &shared.source,
+            &stats,
+        ));
+        Sequence {
+            history: shared.hasher.new_history(),
+            shared,
+            steps,
+            step: 0,
+            step_stall: Duration::ZERO,
+            step_open: false,
+            stats,
+            tokens: Vec::new(),
+        }
+    }
+
+    /// The options in force.
+    pub fn config(&self) -> &PrefetchConfig {
+        &self.shared.config
+    }
+
+    /// The layout the engine hashes with.
+    pub fn layout(&self) -> &Layout {
+        &self.shared.layout
+    }
+
+    /// The row source.
+    pub fn source(&self) -> &Arc<dyn RowSource> {
+        &self.shared.source
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Abandon queued work (its waiters see Cancelled) and join the
+        // threads; sequences still alive get Cancelled from then on.
+        self.pool.shutdown();
+    }
+}
+
+fn decode_plan(
+    config: &PrefetchConfig,
+    encodings: Option<Vec<Encoding>>,
+    source: &dyn RowSource,
+) -> Result<Vec<Option<Encoding>>> {
+    let tables = source.tables();
+    match (config.format, encodings) {
+        (RowFormat::Raw, _) => Ok(vec![None; tables]),
+        (RowFormat::F32, None) => Err(Error::InvalidArgument(
+            "f32 rows need the tables' encodings: build the engine with Engine::for_model".into(),
+        )),
+        (RowFormat::F32, Some(encodings)) => {
+            if encodings.len() != tables {
+                return Err(Error::InvalidArgument(format!(
+                    "{} encodings for {tables} tables",
+                    encodings.len()
+                )));
+            }
+            for (t, e) in encodings.iter().enumerate() {
+                if e.row_bytes() != source.row_bytes(t) {
+                    return Err(Error::InvalidArgument(format!(
+                        "table {t}: {e} rows are {} bytes but the source delivers {}",
+                        e.row_bytes(),
+                        source.row_bytes(t)
+                    )));
+                }
+            }
+            Ok(encodings.into_iter().map(Some).collect())
+        }
+    }
+}
+
+fn check_layout(layout: &Layout, source: &dyn RowSource) -> Result<usize> {
+    let columns = layout.max_ngram_size.saturating_sub(1) * layout.n_heads;
+    if layout.tables.is_empty() || columns == 0 {
+        return Err(Error::layout("tables", "the layout has no Engram columns"));
+    }
+    if source.tables() != layout.tables.len() {
+        return Err(Error::layout(
+            "tables",
+            format!(
+                "the layout has {} tables but the row source {} has {}",
+                layout.tables.len(),
+                source.name(),
+                source.tables()
+            ),
+        ));
+    }
+    for (i, t) in layout.tables.iter().enumerate() {
+        let field = |f: &str| format!("tables[{i}].{f}");
+        if t.primes.len() != columns || t.offsets.len() != columns {
+            return Err(Error::layout(
+                field("primes"),
+                format!("expected {columns} columns"),
+            ));
+        }
+        if t.multipliers.len() < layout.max_ngram_size {
+            return Err(Error::layout(
+                field("multipliers"),
+                format!("expected {} values", layout.max_ngram_size),
+            ));
+        }
+        let fits = t.primes.iter().zip(&t.offsets).all(|(&p, &o)| {
+            p > 0 && u64::from(o) + u64::from(p) <= t.rows.min(source.table_rows(i))
+        });
+        if !fits {
+            return Err(Error::layout(
+                field("rows"),
+                format!(
+                    "a column runs past the table ({} rows in the layout, {} in the source)",
+                    t.rows,
+                    source.table_rows(i)
+                ),
+            ));
+        }
+        if source.row_bytes(i) == 0 {
+            return Err(Error::layout(
+                field("row_bytes"),
+                "the source reports 0-byte rows",
+            ));
+        }
+    }
+    Ok(columns)
+}
+
+/// One sequence's tokens, its decode buffers and its stats.
+pub struct Sequence {
+    shared: Arc<Shared>,
+    steps: Arc<StepJob>,
+    step: u32,
+    step_stall: Duration,
+    step_open: bool,
+    stats: Arc<StatsRecorder>,
+    tokens: Vec<u32>,
+    history: History,
+}
+
+impl std::fmt::Debug for Sequence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sequence")
+            .field("tokens", &self.tokens.len())
+            .field("step", &self.step)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sequence {
+    /// Tokens in the sequence so far.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// True before the first token.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The sequence's tokens.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Number of tables.
+    pub fn tables(&self) -> usize {
+        self.shared.layout.tables.len()
+    }
+
+    /// The transformer layer that consumes `table`.
+    pub fn layer_id(&self, table: usize) -> Option<u32> {
+        self.shared.layout.tables.get(table).map(|t| t.layer_id)
+    }
+
+    /// Rows per token of each table.
+    pub fn rows_per_token(&self) -> usize {
+        self.shared.columns
+    }
+
+    /// Row ids (`[token][table][column]`) the sequence's hash gives
+    /// `tokens` appended to it, without appending them. `mask[i] == true`
+    /// marks token `i` dead, as [`Hasher::hash`] does.
+    pub fn row_ids(&self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Vec<u32>> {
+        // A history restored from a snapshot continues the sequence exactly
+        // and costs O(max_ngram_size), whatever the sequence length.
+        let mut history = History::from_snapshot(&self.history.snapshot());
+        let mut out = Vec::new();
+        self.shared
+            .hasher
+            .hash(&mut history, tokens, mask, &mut out)?;
+        Ok(out)
+    }
+
+    /// Appends `tokens` (`mask[i] == true` marks token `i` dead, as padding
+    /// is) and starts reading their rows: one reader job per table at once,
+    /// ahead of the consumer's [`Prefill::wait`]s.
+    pub fn prefill(&mut self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Prefill<'_>> {
+        self.check_open()?;
+        let mut ids = Vec::new();
+        self.shared
+            .hasher
+            .hash(&mut self.history, tokens, mask, &mut ids)?;
+        self.tokens.extend_from_slice(tokens);
+        self.start_prefill(tokens.len(), ids)
+    }
+
+    fn start_prefill(&mut self, n: usize, ids: Vec<u32>) -> Result<Prefill<'_>> {
+        let config = &self.shared.config;
+        let tokens = u32::try_from(n)
+            .ok()
+            .filter(|&n| n <= ready::MAX_COUNT)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "a prefill of {n} tokens exceeds {}",
+                    ready::MAX_COUNT
+                ))
+            })?;
+        let overlap = config.prefetch && tokens >= config.overlap_threshold;
+        let whole = !config.pipeline;
+        let plan = Plan {
+            tokens,
+            ring_tokens: if whole { tokens } else { config.ring_tokens() }.max(1),
+            first_chunk: if whole {
+                tokens
+            } else {
+                config.first_chunk_tokens
+            }
+            .max(1),
+            read_batch: if whole {
+                tokens
+            } else {
+                config.read_batch_tokens
+            }
+            .max(1),
+            in_flight: config.prefill_batches_in_flight,
+            mode: if overlap { Mode::Overlap } else { Mode::AtWait },
+            batch: config.batch,
+            whole_table: whole,
+        };
+        let tables = self.tables();
+        let cols = vec![self.shared.columns; tables];
+        Ok(Prefill::start(PrefillSetup {
+            id: self.shared.ids(1),
+            decode: &self.shared.decode,
+            ids: ids.into(),
+            cols: &cols,
+            plan,
+            source: &self.shared.source,
+            stats: &self.stats,
+            pool: &self.shared.pool,
+        }))
+    }
+
+    /// Appends `token` and issues both tables' reads of its rows without
+    /// blocking. Blocks only if the previous step's reads are still running.
+    pub fn step_begin(&mut self, token: u32) -> Result<()> {
+        self.check_open()?;
+        let position = self.history.position();
+        let mut ids = Vec::new();
+        self.shared
+            .hasher
+            .hash(&mut self.history, &[token], None, &mut ids)?;
+        self.finish_step_stats();
+        self.step += 1;
+        self.step_open = true;
+        let begun = self.steps.begin(
+            self.step,
+            &ids,
+            self.shared.config.prefetch,
+            &self.shared.pool,
+        );
+        if let Err(e) = begun {
+            // The token was not taken: the sequence stays as it was.
+            self.history.rollback(position)?;
+            return Err(e);
+        }
+        self.tokens.push(token);
+        if self.shared.config.lookup_hints {
+            let config = &self.shared.config;
+            let guess =
+                lookup::predict(&self.tokens, config.lookup_max_ngram, config.lookup_tokens);
+            self.hint(&guess)?;
+        }
+        Ok(())
+    }
+
+    /// Blocks until the current step's rows of `table` are read and returns
+    /// them (valid until the next step). Call at the table's layer.
+    pub fn step_wait(&mut self, table: usize) -> Result<RowsView<'_>> {
+        if self.step == 0 {
+            return Err(Error::InvalidArgument("step_wait before step_begin".into()));
+        }
+        let (rows, stall) = self
+            .steps
+            .wait(table, self.step, self.shared.config.prefetch)?;
+        self.stats.record_wait(Phase::Decode, table, 1, stall);
+        self.step_stall += stall;
+        Ok(RowsView {
+            first_token: (self.tokens.len() - 1) as u32,
+            rows_per_token: self.shared.columns,
+            row_bytes: self.steps.row_bytes(table),
+            f32: self.steps.decoded(table),
+            parts: [rows, &[]],
+        })
+    }
+
+    /// Reads the rows that `tokens` would have as the sequence's next token
+    /// (each a separate guess) into the row cache, at low priority: served
+    /// only when no demand read is queued. Nothing waits on hints.
+    pub fn hint(&mut self, tokens: &[u32]) -> Result<()> {
+        self.check_open()?;
+        let tables = self.tables();
+        let cols = self.shared.columns;
+        let mut per_table: Vec<Vec<u64>> = vec![Vec::new(); tables];
+        for &token in tokens {
+            let ids = self.row_ids(&[token], None)?;
+            for (t, rows) in per_table.iter_mut().enumerate() {
+                rows.extend(ids[t * cols..(t + 1) * cols].iter().map(|&r| u64::from(r)));
+            }
+        }
+        for (table, rows) in per_table.into_iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            self.steps.hints.enter();
+            self.shared.pool.submit_hint(Box::new(HintTask {
+                owner: self.steps.id,
+                flight: self.steps.hints.clone(),
+                table,
+                rows,
+                source: self.shared.source.clone(),
+                stats: self.stats.clone(),
+            }));
+        }
+        Ok(())
+    }
+
+    /// Drops the last `n` tokens (rejected draft tokens): later hashes see
+    /// the sequence as it was before them.
+    pub fn rollback(&mut self, n: usize) -> Result<()> {
+        if n > self.tokens.len() {
+            return Err(Error::InvalidArgument(format!(
+                "rollback of {n} tokens in a sequence of {}",
+                self.tokens.len()
+            )));
+        }
+        let keep = self.tokens.len() - n;
+        self.history.rollback(keep as u64)?;
+        self.tokens.truncate(keep);
+        Ok(())
+    }
+
+    /// Everything measured on this sequence so far (closes the current
+    /// decode step's per-token total).
+    pub fn stats(&mut self) -> Stats {
+        self.finish_step_stats();
+        self.stats.snapshot()
+    }
+
+    fn finish_step_stats(&mut self) {
+        if self.step_open {
+            self.stats
+                .record_token_total(Phase::Decode, self.step_stall, 1);
+        }
+        self.step_open = false;
+        self.step_stall = Duration::ZERO;
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.shared.pool.is_shutdown() {
+            return Err(Error::Cancelled);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Sequence {
+    fn drop(&mut self) {
+        self.steps.cancel_and_join(&self.shared.pool);
+    }
+}

@@ -1,0 +1,359 @@
+//! The engine's persistent reader threads and their queues.
+//!
+//! Why a persistent pool rather than threads spawned per prefill: with
+//! several sequences at once, per-prefill threads multiply (two per table
+//! per sequence) and each competes for the device in no particular order.
+//! One pool per engine bounds the thread count, lets one queue order every
+//! read by when a consumer needs it (a chunk a consumer is blocked on first,
+//! then earlier chunks before later ones, table 0 before table 1), and costs
+//! no thread creation on the critical path of a short prompt. Decode steps
+//! get threads of their own so a step never waits behind a prefill batch;
+//! hints are served only when no demand work is queued.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+/// A unit of work for a pool thread.
+pub(crate) trait Task: Send {
+    /// Does the work.
+    fn run(self: Box<Self>);
+    /// Drops the work without doing it (cancellation or shutdown); must
+    /// release whatever the task holds on its owner.
+    fn abandon(self: Box<Self>);
+    /// Identity of the job the task belongs to (for cancellation).
+    fn owner(&self) -> u64;
+    /// Order among demand tasks: smaller runs first. Read at dispatch, so it
+    /// may change while queued (a consumer starting to block raises it).
+    fn urgency(&self) -> (u32, u32, u32) {
+        (0, 0, 0)
+    }
+}
+
+#[derive(Default)]
+struct Queues {
+    decode: VecDeque<Box<dyn Task>>,
+    demand: Vec<Box<dyn Task>>,
+    hints: VecDeque<Box<dyn Task>>,
+    shutdown: bool,
+}
+
+/// What the threads and the submitters share.
+pub(crate) struct PoolShared {
+    queues: Mutex<Queues>,
+    general: Condvar,
+    decode: Condvar,
+    max_hints: usize,
+}
+
+/// The pool: its shared queues and its threads (joined on shutdown).
+pub(crate) struct Pool {
+    shared: Arc<PoolShared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn lock(q: &Mutex<Queues>) -> MutexGuard<'_, Queues> {
+    match q.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Role {
+    General,
+    Decode,
+}
+
+impl Pool {
+    /// Starts `general` threads (decode, prefill, then hints) and `decode`
+    /// threads (decode steps only).
+    pub(crate) fn start(general: usize, decode: usize, max_hints: usize) -> std::io::Result<Pool> {
+        let shared = Arc::new(PoolShared {
+            queues: Mutex::new(Queues::default()),
+            general: Condvar::new(),
+            decode: Condvar::new(),
+            max_hints,
+        });
+        let mut pool = Pool {
+            shared,
+            threads: Vec::new(),
+        };
+        let roles = std::iter::repeat_n(Role::General, general)
+            .chain(std::iter::repeat_n(Role::Decode, decode));
+        for (i, role) in roles.enumerate() {
+            let shared = pool.shared.clone();
+            let name = match role {
+                Role::General => format!("engram-read-{i}"),
+                Role::Decode => format!("engram-step-{i}"),
+            };
+            let handle = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || worker(&shared, role))?;
+            pool.threads.push(handle);
+        }
+        Ok(pool)
+    }
+
+    /// The submission side, for jobs to hold.
+    pub(crate) fn shared(&self) -> Arc<PoolShared> {
+        self.shared.clone()
+    }
+
+    /// Abandons all queued work, stops the threads and joins them (each
+    /// finishes the task it is running first).
+    pub(crate) fn shutdown(&mut self) {
+        let abandoned = {
+            let mut q = lock(&self.shared.queues);
+            q.shutdown = true;
+            let mut all: Vec<Box<dyn Task>> = q.decode.drain(..).collect();
+            all.append(&mut q.demand);
+            all.extend(q.hints.drain(..));
+            all
+        };
+        for task in abandoned {
+            task.abandon();
+        }
+        self.shared.general.notify_all();
+        self.shared.decode.notify_all();
+        for handle in self.threads.drain(..) {
+            // A panicking task already poisoned nothing we rely on; the
+            // thread is gone either way.
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl PoolShared {
+    /// True once the pool was shut down (its engine dropped).
+    pub(crate) fn is_shutdown(&self) -> bool {
+        lock(&self.queues).shutdown
+    }
+
+    /// Queues a decode-step task.
+    pub(crate) fn submit_decode(&self, task: Box<dyn Task>) {
+        let mut q = lock(&self.queues);
+        if q.shutdown {
+            drop(q);
+            return task.abandon();
+        }
+        q.decode.push_back(task);
+        drop(q);
+        self.decode.notify_one();
+        self.general.notify_one();
+    }
+
+    /// Queues a prefill task.
+    pub(crate) fn submit_demand(&self, task: Box<dyn Task>) {
+        let mut q = lock(&self.queues);
+        if q.shutdown {
+            drop(q);
+            return task.abandon();
+        }
+        q.demand.push(task);
+        drop(q);
+        self.general.notify_one();
+    }
+
+    /// Queues a hint task, dropping the oldest hint beyond the bound.
+    pub(crate) fn submit_hint(&self, task: Box<dyn Task>) {
+        let mut q = lock(&self.queues);
+        if q.shutdown {
+            drop(q);
+            return task.abandon();
+        }
+        q.hints.push_back(task);
+        let stale = if q.hints.len() > self.max_hints {
+            q.hints.pop_front()
+        } else {
+            None
+        };
+        drop(q);
+        if let Some(stale) = stale {
+            stale.abandon();
+        }
+        self.general.notify_one();
+    }
+
+    /// Removes and abandons every queued task of `owner`.
+    pub(crate) fn cancel_owner(&self, owner: u64) {
+        let removed = {
+            let mut q = lock(&self.queues);
+            let q = &mut *q;
+            let mut removed = Vec::new();
+            let mut keep = Vec::with_capacity(q.demand.len());
+            for t in q.demand.drain(..) {
+                if t.owner() == owner {
+                    removed.push(t);
+                } else {
+                    keep.push(t);
+                }
+            }
+            q.demand = keep;
+            for queue in [&mut q.decode, &mut q.hints] {
+                let mut kept = VecDeque::with_capacity(queue.len());
+                for t in queue.drain(..) {
+                    if t.owner() == owner {
+                        removed.push(t);
+                    } else {
+                        kept.push_back(t);
+                    }
+                }
+                *queue = kept;
+            }
+            removed
+        };
+        for task in removed {
+            task.abandon();
+        }
+    }
+}
+
+fn next_task(q: &mut Queues, role: Role) -> Option<Box<dyn Task>> {
+    if let Some(t) = q.decode.pop_front() {
+        return Some(t);
+    }
+    if let Role::Decode = role {
+        return None;
+    }
+    let best = q
+        .demand
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, t)| t.urgency())
+        .map(|(i, _)| i);
+    if let Some(i) = best {
+        return Some(q.demand.swap_remove(i));
+    }
+    q.hints.pop_front()
+}
+
+fn worker(shared: &PoolShared, role: Role) {
+    let cv = match role {
+        Role::General => &shared.general,
+        Role::Decode => &shared.decode,
+    };
+    let mut q = lock(&shared.queues);
+    loop {
+        if q.shutdown {
+            return;
+        }
+        match next_task(&mut q, role) {
+            Some(task) => {
+                drop(q);
+                task.run();
+                q = lock(&shared.queues);
+            }
+            None => {
+                q = match cv.wait(q) {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A task that reports its name when run (or abandoned) and, if given a
+    /// gate, blocks until the gate opens.
+    struct Probe {
+        name: &'static str,
+        owner: u64,
+        log: mpsc::Sender<&'static str>,
+        gate: Option<mpsc::Receiver<()>>,
+    }
+
+    impl Task for Probe {
+        fn run(self: Box<Self>) {
+            if let Some(gate) = &self.gate {
+                self.log.send("gate running").unwrap();
+                gate.recv_timeout(Duration::from_secs(10)).unwrap();
+            }
+            self.log.send(self.name).unwrap();
+        }
+        fn abandon(self: Box<Self>) {
+            self.log.send("abandoned").unwrap();
+        }
+        fn owner(&self) -> u64 {
+            self.owner
+        }
+    }
+
+    fn probe(name: &'static str, log: &mpsc::Sender<&'static str>) -> Box<Probe> {
+        Box::new(Probe {
+            name,
+            owner: 1,
+            log: log.clone(),
+            gate: None,
+        })
+    }
+
+    #[test]
+    fn hints_run_only_when_no_demand_is_queued() {
+        let mut pool = Pool::start(1, 1, 8).unwrap();
+        let shared = pool.shared();
+        let (log, seen) = mpsc::channel();
+        let (open, gate) = mpsc::channel();
+        // Occupy the only general thread, then queue a hint before demand.
+        shared.submit_demand(Box::new(Probe {
+            name: "gate",
+            owner: 1,
+            log: log.clone(),
+            gate: Some(gate),
+        }));
+        let limit = Duration::from_secs(10);
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "gate running");
+        shared.submit_hint(probe("hint", &log));
+        shared.submit_demand(probe("demand", &log));
+        // A decode step is served by the decode thread meanwhile.
+        shared.submit_decode(probe("decode", &log));
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "decode");
+        open.send(()).unwrap();
+        let order: Vec<_> = (0..3).map(|_| seen.recv_timeout(limit).unwrap()).collect();
+        assert_eq!(order, ["gate", "demand", "hint"]);
+        pool.shutdown();
+    }
+
+    #[test]
+    fn shutdown_abandons_queued_work_and_joins() {
+        let mut pool = Pool::start(1, 1, 1).unwrap();
+        let shared = pool.shared();
+        let (log, seen) = mpsc::channel();
+        let (open, gate) = mpsc::channel();
+        shared.submit_demand(Box::new(Probe {
+            name: "gate",
+            owner: 2,
+            log: log.clone(),
+            gate: Some(gate),
+        }));
+        let limit = Duration::from_secs(10);
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "gate running");
+        shared.submit_demand(probe("queued", &log));
+        // The hint bound is 1: the older hint is dropped (abandoned).
+        shared.submit_hint(probe("old hint", &log));
+        shared.submit_hint(probe("new hint", &log));
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
+        shared.cancel_owner(1);
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
+        open.send(()).unwrap();
+        pool.shutdown();
+        let rest: Vec<_> = seen.try_iter().collect();
+        assert_eq!(rest, ["gate"], "{rest:?}");
+        assert!(shared.is_shutdown());
+        shared.submit_demand(probe("late", &log));
+        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
+    }
+}

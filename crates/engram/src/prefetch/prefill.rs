@@ -1,0 +1,582 @@
+//! Prefill: one reader job per table, filling a bounded ring of chunks ahead
+//! of the consumer.
+//!
+//! Contract of [`Prefill::wait`]: waits on one table ask for increasing
+//! `upto`; a wait returns the rows of tokens `[previous upto, upto)` and
+//! releases the rows the previous wait on that table returned. The ring of a
+//! table holds `ring_chunks * chunk_tokens` tokens, so one wait may cover at
+//! most that many tokens; the readers run ahead of the consumer by at most
+//! the ring's free space. Memory is therefore fixed by the configuration,
+//! except with `pipeline` off, where (as in the peers) the ring holds the
+//! whole prompt and a wait blocks until the whole table is read.
+//!
+//! Reads go out in batches of `read_batch_tokens` tokens (the first one of
+//! `first_chunk_tokens`), aligned to multiples of the batch so batch ends
+//! meet the consumer's usual wait points, and each batch is published as it
+//! completes. A prefill keeps at most `prefill_batches_in_flight` batches in
+//! flight (one per table at most, so each table publishes in order) and
+//! picks the next by when the consumer needs it: a table a consumer is
+//! blocked on first, then the earliest tokens, then table 0 (its layer comes
+//! first). With one batch in flight the device serves table 0's rows for a
+//! ubatch before table 1's, instead of splitting its bandwidth between a
+//! table needed now and one needed 13 layers later; the batch itself keeps
+//! the device queue full.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::pool::{PoolShared, Task};
+use super::read::ReadCtx;
+use super::ready::{InFlight, Ready};
+use super::ring::RingBuf;
+use super::source::{Priority, RowSource};
+use super::sync::lock_std as lock;
+use super::view::RowsView;
+use crate::codec::{Encoding, ROW_DIM};
+use crate::stats::{Phase, StatsRecorder};
+use crate::{Error, Result};
+
+/// How a prefill's rows are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Pool readers run ahead of the consumer.
+    Overlap,
+    /// Rows are read at the wait, on the consumer's thread.
+    AtWait,
+}
+
+/// Shape of a prefill job, fixed at its start.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    pub tokens: u32,
+    pub ring_tokens: u32,
+    /// Tokens in the first read batch.
+    pub first_chunk: u32,
+    /// Tokens per later read batch (batches end at multiples of it).
+    pub read_batch: u32,
+    /// Batches of one prefill in flight at once (at most one per table).
+    pub in_flight: usize,
+    pub mode: Mode,
+    pub batch: bool,
+    /// Pipeline off: a wait blocks until the whole table is read.
+    pub whole_table: bool,
+}
+
+/// Which batches of a prefill are queued or running, and what comes next.
+struct Sched {
+    /// Per table: the first token not yet scheduled.
+    next: Vec<u32>,
+    /// Per table: a batch is queued or running.
+    busy: Vec<bool>,
+    /// Per table: a batch failed (its waiters get the error; the other
+    /// tables go on).
+    failed: Vec<bool>,
+    /// Batches queued or running, all tables.
+    in_flight: usize,
+    /// No more batches (cancelled, failed or the engine is gone).
+    stopped: bool,
+}
+
+/// A prefill's reader state: the tables' jobs and the shared schedule.
+pub(crate) struct PrefillCore {
+    id: u64,
+    jobs: Vec<TableJob>,
+    plan: Plan,
+    sched: Mutex<Sched>,
+    /// Pool tasks holding this prefill; its own `Arc` so a task can drop its
+    /// reference to the core before it leaves (then `cancel_and_join`
+    /// returning means no task holds the core any more).
+    flight: Arc<InFlight>,
+    pool: Arc<PoolShared>,
+}
+
+/// One table's reader state for one prefill.
+pub(crate) struct TableJob {
+    table: usize,
+    tables: usize,
+    cols: usize,
+    row_bytes: usize,
+    plan: Plan,
+    /// Some: rows are decoded to f32 (`row_bytes` is then `ROW_DIM * 4`).
+    decode: Option<Encoding>,
+    ids: Arc<[u32]>,
+    ring: RingBuf,
+    ready: Ready,
+    /// Tokens before this the consumer no longer holds (the reader may
+    /// overwrite their ring slots).
+    released: AtomicU32,
+    /// Set while a consumer is blocked on this table: its batches go first.
+    waited_on: AtomicBool,
+    source: Arc<dyn RowSource>,
+    stats: Arc<StatsRecorder>,
+}
+
+impl TableJob {
+    fn token_bytes(&self) -> usize {
+        self.cols * self.row_bytes
+    }
+
+    /// Row ids of `table` for tokens `start..end`, token-major.
+    fn row_ids(&self, start: u32, end: u32) -> Vec<u64> {
+        let stride = self.tables * self.cols;
+        let mut rows = Vec::with_capacity((end - start) as usize * self.cols);
+        for t in start as usize..end as usize {
+            let base = t * stride + self.table * self.cols;
+            rows.extend(
+                self.ids[base..base + self.cols]
+                    .iter()
+                    .map(|&r| u64::from(r)),
+            );
+        }
+        rows
+    }
+
+    /// Reads tokens `start..end` into their ring slots (split where the ring
+    /// wraps).
+    ///
+    /// Caller guarantees: no consumer view covers those slots (`end <=
+    /// released + ring_tokens` and `start >= ready`), and no other reader of
+    /// this job runs (one chunk in flight, or the consumer reading at the
+    /// wait with no pool reader scheduled).
+    fn read_range(&self, start: u32, end: u32, phase: Phase) -> Result<()> {
+        let ctx = ReadCtx {
+            source: &self.source,
+            stats: &self.stats,
+            phase,
+            priority: Priority::Demand,
+            batch: self.plan.batch,
+        };
+        let cap = self.plan.ring_tokens;
+        let mut t = start;
+        while t < end {
+            let slot = t % cap;
+            let seg_end = end.min(t + (cap - slot));
+            let rows = self.row_ids(t, seg_end);
+            let tb = self.token_bytes();
+            let (at, len) = (slot as usize * tb, (seg_end - t) as usize * tb);
+            // SAFETY (both arms): per the caller's guarantee the slots of
+            // t..seg_end are neither viewed by the consumer nor written by
+            // anyone else.
+            match self.decode {
+                Some(enc) => {
+                    let out = unsafe { self.ring.slice_mut_f32(at, len / 4) };
+                    ctx.read_f32(self.table, &rows, enc, out)?;
+                }
+                None => ctx.read(self.table, &rows, unsafe { self.ring.slice_mut(at, len) })?,
+            }
+            t = seg_end;
+        }
+        Ok(())
+    }
+}
+
+impl PrefillCore {
+    /// End of the batch that starts at `start`.
+    fn batch_end(&self, start: u32) -> u32 {
+        if start == 0 {
+            self.plan.first_chunk
+        } else {
+            (start / self.plan.read_batch + 1).saturating_mul(self.plan.read_batch)
+        }
+    }
+
+    /// Queues the most urgent batches the limits allow: a table not busy,
+    /// with ring room, preferring a table a consumer is blocked on, then the
+    /// earliest tokens, then the lower table.
+    fn try_schedule(self: &Arc<Self>) {
+        // Tasks are submitted after the lock is released: a pool that is
+        // shutting down abandons a task at once, and abandoning takes it.
+        let mut ready = Vec::new();
+        {
+            let mut s = lock(&self.sched);
+            while !s.stopped && s.in_flight < self.plan.in_flight {
+                let candidate = self
+                    .jobs
+                    .iter()
+                    .filter(|job| !s.busy[job.table] && !s.failed[job.table])
+                    .filter_map(|job| {
+                        let start = s.next[job.table];
+                        let limit = job
+                            .released
+                            .load(Ordering::Acquire)
+                            .saturating_add(self.plan.ring_tokens);
+                        let end = self.batch_end(start).min(limit).min(self.plan.tokens);
+                        (end > start).then_some((job.table, start, end))
+                    })
+                    .min_by_key(|&(table, start, _)| {
+                        let waited = self.jobs[table].waited_on.load(Ordering::Relaxed);
+                        (!waited, start, table)
+                    });
+                let Some((table, start, end)) = candidate else {
+                    break; // done, or parked until the consumer frees ring room
+                };
+                s.next[table] = end;
+                s.busy[table] = true;
+                s.in_flight += 1;
+                self.flight.enter();
+                ready.push(ChunkTask {
+                    core: self.clone(),
+                    table,
+                    start,
+                    end,
+                });
+            }
+        }
+        for task in ready {
+            self.pool.submit_demand(Box::new(task));
+        }
+    }
+
+    fn finish_batch(self: &Arc<Self>, table: usize, result: Result<u32>) {
+        let job = &self.jobs[table];
+        match result {
+            Ok(end) => job.ready.publish(end),
+            Err(e) => {
+                lock(&self.sched).failed[table] = true;
+                job.ready.fail(e);
+            }
+        }
+        {
+            let mut s = lock(&self.sched);
+            s.busy[table] = false;
+            s.in_flight -= 1;
+        }
+        self.try_schedule();
+    }
+
+    /// Stops the prefill: no more batches, waiters get `Cancelled`, queued
+    /// batches dropped; returns once no pool thread touches the rings.
+    fn cancel_and_join(&self) {
+        lock(&self.sched).stopped = true;
+        for job in &self.jobs {
+            job.ready.cancel();
+        }
+        self.pool.cancel_owner(self.id);
+        self.flight.wait_idle();
+    }
+}
+
+struct ChunkTask {
+    core: Arc<PrefillCore>,
+    table: usize,
+    start: u32,
+    end: u32,
+}
+
+impl Task for ChunkTask {
+    fn run(self: Box<Self>) {
+        let ChunkTask {
+            core,
+            table,
+            start,
+            end,
+        } = *self;
+        let job = &core.jobs[table];
+        let result = if job.ready.is_cancelled() {
+            Err(Error::Cancelled)
+        } else {
+            job.read_range(start, end, Phase::Prefill).map(|()| end)
+        };
+        core.finish_batch(table, result);
+        let flight = core.flight.clone();
+        drop(core);
+        flight.leave();
+    }
+
+    fn abandon(self: Box<Self>) {
+        let core = self.core;
+        {
+            let mut s = lock(&core.sched);
+            s.stopped = true;
+            s.busy[self.table] = false;
+            s.in_flight -= 1;
+        }
+        for job in &core.jobs {
+            job.ready.cancel();
+        }
+        let flight = core.flight.clone();
+        drop(core);
+        flight.leave();
+    }
+
+    fn owner(&self) -> u64 {
+        self.core.id
+    }
+
+    fn urgency(&self) -> (u32, u32, u32) {
+        let job = &self.core.jobs[self.table];
+        let waited = u32::from(!job.waited_on.load(Ordering::Relaxed));
+        (waited, self.start, self.table as u32)
+    }
+}
+
+/// Per-table consumer state of a prefill.
+struct Consumer {
+    /// End of the last view returned (start of the next).
+    upto: u32,
+    /// (from, upto, stall per token in ns) of each wait, for the per-token
+    /// total over tables.
+    stalls: Vec<(u32, u32, u64)>,
+}
+
+/// A running prefill of one sequence. Dropping it cancels its readers and
+/// joins them before the ring buffers are freed.
+pub struct Prefill<'s> {
+    core: Arc<PrefillCore>,
+    consumers: Vec<Consumer>,
+    stats: Arc<StatsRecorder>,
+    _sequence: std::marker::PhantomData<&'s mut ()>,
+}
+
+/// Everything a prefill needs from its engine and sequence.
+pub(crate) struct PrefillSetup<'a> {
+    pub id: u64,
+    /// Per table: Some(encoding) to decode rows to f32.
+    pub decode: &'a [Option<Encoding>],
+    pub ids: Arc<[u32]>,
+    pub cols: &'a [usize],
+    pub plan: Plan,
+    pub source: &'a Arc<dyn RowSource>,
+    pub stats: &'a Arc<StatsRecorder>,
+    pub pool: &'a Arc<PoolShared>,
+}
+
+impl<'s> Prefill<'s> {
+    pub(crate) fn start(setup: PrefillSetup<'_>) -> Prefill<'s> {
+        let tables = setup.cols.len();
+        let cols = setup.cols[0];
+        let jobs = (0..tables)
+            .map(|table| {
+                let decode = setup.decode[table];
+                let row_bytes = match decode {
+                    Some(_) => ROW_DIM * 4,
+                    None => setup.source.row_bytes(table),
+                };
+                TableJob {
+                    table,
+                    tables,
+                    cols,
+                    row_bytes,
+                    plan: setup.plan,
+                    decode,
+                    ids: setup.ids.clone(),
+                    ring: RingBuf::new(setup.plan.ring_tokens as usize * cols * row_bytes),
+                    ready: Ready::new(),
+                    released: AtomicU32::new(0),
+                    waited_on: AtomicBool::new(false),
+                    source: setup.source.clone(),
+                    stats: setup.stats.clone(),
+                }
+            })
+            .collect();
+        let core = Arc::new(PrefillCore {
+            id: setup.id,
+            jobs,
+            plan: setup.plan,
+            sched: Mutex::new(Sched {
+                next: vec![0; tables],
+                busy: vec![false; tables],
+                failed: vec![false; tables],
+                in_flight: 0,
+                stopped: false,
+            }),
+            flight: Arc::new(InFlight::new()),
+            pool: setup.pool.clone(),
+        });
+        if setup.plan.mode == Mode::Overlap {
+            core.try_schedule();
+        }
+        Prefill {
+            core,
+            consumers: (0..tables)
+                .map(|_| Consumer {
+                    upto: 0,
+                    stalls: Vec::new(),
+                })
+                .collect(),
+            stats: setup.stats.clone(),
+            _sequence: std::marker::PhantomData,
+        }
+    }
+
+    /// Tokens in the prefill.
+    pub fn tokens(&self) -> u32 {
+        self.core.plan.tokens
+    }
+
+    /// Most tokens one wait may cover (the ring capacity).
+    pub fn max_wait_tokens(&self) -> u32 {
+        self.core.plan.ring_tokens
+    }
+
+    /// Tokens of `table` whose rows are already read (no blocking).
+    pub fn ready_tokens(&self, table: usize) -> Option<u32> {
+        self.core.jobs.get(table).map(|job| job.ready.count())
+    }
+
+    /// Blocks until the rows of tokens `[0, upto)` of `table` are read and
+    /// returns those of `[previous upto, upto)`; see the module docs for the
+    /// contract. Ends with the rows, the reader's error (naming table, row
+    /// and offset) or [`Error::Cancelled`].
+    pub fn wait(&mut self, table: usize, upto: u32) -> Result<RowsView<'_>> {
+        let from = self.check_wait(table, upto)?;
+        let core = self.core.clone();
+        let job = &core.jobs[table];
+        if core.pool.is_shutdown() && job.ready.count() < upto {
+            return Err(Error::Cancelled); // the engine is gone
+        }
+        // Release the previous view's slots, then let the reader use them.
+        job.released.store(from, Ordering::Release);
+        let started = Instant::now();
+        let result = match core.plan.mode {
+            Mode::Overlap => {
+                let target = if core.plan.whole_table {
+                    core.plan.tokens // pipeline off: the whole table
+                } else {
+                    upto
+                };
+                blocking_wait(&core, job, target)
+            }
+            Mode::AtWait => read_at_wait(job, upto),
+        };
+        let stall = started.elapsed();
+        result?;
+        self.consumers[table].upto = upto;
+        self.record(table, from, upto, stall);
+        Ok(view(&self.core.jobs[table], from, upto))
+    }
+
+    /// [`Prefill::wait`], copying the rows into `out` (exactly the view's
+    /// byte length).
+    pub fn wait_into(&mut self, table: usize, upto: u32, out: &mut [u8]) -> Result<()> {
+        self.wait(table, upto)?.copy_to(out)
+    }
+
+    fn check_wait(&self, table: usize, upto: u32) -> Result<u32> {
+        let Some(consumer) = self.consumers.get(table) else {
+            return Err(Error::InvalidArgument(format!(
+                "table {table} out of range (the model has {})",
+                self.consumers.len()
+            )));
+        };
+        let plan = self.core.plan;
+        let from = consumer.upto;
+        if upto < from || upto > plan.tokens {
+            return Err(Error::InvalidArgument(format!(
+                "wait(table {table}, upto {upto}): upto must be in {from}..={} (waits advance)",
+                plan.tokens
+            )));
+        }
+        if upto - from > plan.ring_tokens {
+            return Err(Error::InvalidArgument(format!(
+                "wait(table {table}, upto {upto}) covers {} tokens; the ring holds {} \
+                 (raise ring_chunks or wait in smaller steps)",
+                upto - from,
+                plan.ring_tokens
+            )));
+        }
+        Ok(from)
+    }
+
+    fn record(&mut self, table: usize, from: u32, upto: u32, stall: Duration) {
+        let tokens = u64::from(upto - from);
+        self.stats.record_wait(Phase::Prefill, table, tokens, stall);
+        let ns = u64::try_from(stall.as_nanos()).unwrap_or(u64::MAX);
+        if let Some(per) = ns.checked_div(tokens) {
+            self.consumers[table].stalls.push((from, upto, per));
+        }
+    }
+
+    /// Records each token's stall summed over the tables.
+    fn record_token_totals(&self) {
+        let mut bounds: Vec<u32> = self
+            .consumers
+            .iter()
+            .flat_map(|c| c.stalls.iter().flat_map(|&(a, b, _)| [a, b]))
+            .collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        for w in bounds.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let mut covered = false;
+            let mut total = 0u64;
+            for c in &self.consumers {
+                for &(s, e, per) in &c.stalls {
+                    if s <= a && b <= e {
+                        covered = true;
+                        total = total.saturating_add(per);
+                    }
+                }
+            }
+            if covered {
+                self.stats.record_token_total(
+                    Phase::Prefill,
+                    Duration::from_nanos(total),
+                    u64::from(b - a),
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Prefill<'_> {
+    fn drop(&mut self) {
+        self.core.cancel_and_join();
+        self.record_token_totals();
+    }
+}
+
+fn blocking_wait(core: &Arc<PrefillCore>, job: &TableJob, target: u32) -> Result<()> {
+    // The released slots may let a parked table go on.
+    core.try_schedule();
+    if let Some(done) = job.ready.try_wait(target) {
+        return done.map(drop);
+    }
+    job.waited_on.store(true, Ordering::Relaxed);
+    // Re-pick with this table marked urgent.
+    core.try_schedule();
+    let result = job.ready.wait(target).map(drop);
+    job.waited_on.store(false, Ordering::Relaxed);
+    result
+}
+
+/// ENGRAM_PREFETCH=0 and short prompts: read the missing rows now.
+fn read_at_wait(job: &TableJob, upto: u32) -> Result<()> {
+    let have = job.ready.count();
+    if let Some(Err(e)) = job.ready.try_wait(upto) {
+        return Err(e);
+    }
+    if have < upto {
+        if let Err(e) = job.read_range(have, upto, Phase::Prefill) {
+            job.ready.fail(super::ready::duplicate_error(&e));
+            return Err(e);
+        }
+        job.ready.publish(upto);
+    }
+    Ok(())
+}
+
+fn view(job: &TableJob, from: u32, upto: u32) -> RowsView<'_> {
+    let tb = job.token_bytes();
+    let cap = job.plan.ring_tokens;
+    let slot = from % cap.max(1);
+    let n = upto - from;
+    let first = n.min(cap - slot);
+    // SAFETY: tokens from..upto are published (the wait observed the count
+    // with Acquire) and the reader writes only slots of tokens >= upto and
+    // < from + ring_tokens until the next wait releases them.
+    let (a, b) = unsafe {
+        (
+            job.ring.slice(slot as usize * tb, first as usize * tb),
+            job.ring.slice(0, (n - first) as usize * tb),
+        )
+    };
+    RowsView {
+        first_token: from,
+        rows_per_token: job.cols,
+        row_bytes: job.row_bytes,
+        f32: job.decode.is_some(),
+        parts: [a, b],
+    }
+}

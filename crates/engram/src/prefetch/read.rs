@@ -1,0 +1,77 @@
+//! Reading a list of rows into a buffer, batched or one at a time, with the
+//! stats recorded and a panicking source turned into an error.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use super::source::{BatchStats, Priority, RowSource};
+use crate::codec::Encoding;
+use crate::stats::{Phase, StatsRecorder};
+use crate::{Error, Result};
+
+/// Where a read's rows come from and where its stats go.
+pub(crate) struct ReadCtx<'a> {
+    pub source: &'a Arc<dyn RowSource>,
+    pub stats: &'a StatsRecorder,
+    pub phase: Phase,
+    pub priority: Priority,
+    /// `false`: one request per row (ENGRAM_BATCH=0).
+    pub batch: bool,
+}
+
+impl ReadCtx<'_> {
+    /// Reads `rows` of `table` into `out` (`rows.len() * row_bytes` bytes).
+    pub(crate) fn read(&self, table: usize, rows: &[u64], out: &mut [u8]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.read_unguarded(table, rows, out)));
+        outcome.unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            Err(Error::io(
+                format!("row source {}", self.source.name()),
+                std::io::Error::other(format!("reading table {table} panicked: {message}")),
+            ))
+        })
+    }
+
+    /// Reads `rows` of `table` and decodes them (stored as `encoding`) into
+    /// `out` (`rows.len() * ROW_DIM` values). A corrupt row is an
+    /// [`Error::CorruptRow`] naming it.
+    pub(crate) fn read_f32(
+        &self,
+        table: usize,
+        rows: &[u64],
+        encoding: Encoding,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let mut raw = vec![0u8; rows.len() * encoding.row_bytes()];
+        self.read(table, rows, &mut raw)?;
+        encoding.decode_rows(&raw, out).map_err(|e| {
+            let row = rows.get(e.index).copied().unwrap_or(u64::MAX);
+            e.into_error(table, row)
+        })
+    }
+
+    fn read_unguarded(&self, table: usize, rows: &[u64], out: &mut [u8]) -> Result<()> {
+        if self.batch {
+            let stats = self.source.read_rows_at(table, rows, out, self.priority)?;
+            self.stats.record_batch(self.phase, table, &stats);
+            return Ok(());
+        }
+        let row_bytes = out.len() / rows.len();
+        let mut total = BatchStats::default();
+        for (row, dst) in rows.iter().zip(out.chunks_exact_mut(row_bytes)) {
+            let one =
+                self.source
+                    .read_rows_at(table, std::slice::from_ref(row), dst, self.priority)?;
+            total.merge(&one);
+        }
+        self.stats.record_batch(self.phase, table, &total);
+        Ok(())
+    }
+}

@@ -1,0 +1,144 @@
+//! A fixed byte buffer that one writer and one reader use concurrently in
+//! disjoint regions.
+//!
+//! The prefill ring and the decode step buffers are written by a pool worker
+//! while the consumer reads rows published earlier. Rust references cannot
+//! express "this range is yours, that range is mine" across threads, so the
+//! buffer hands out raw slices and the callers uphold the protocol: a region
+//! is written only while no published view covers it, and read only after
+//! its [`super::ready::Ready`] count was published (Release) and observed
+//! (Acquire).
+
+use std::cell::UnsafeCell;
+
+/// A heap buffer of `len` bytes, zero-filled, 8-byte aligned (so decoded
+/// f32 rows can be viewed in place), shared across threads.
+pub(crate) struct RingBuf {
+    words: Box<[UnsafeCell<u64>]>,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain bytes; all access goes through the unsafe
+// methods below, whose callers guarantee that concurrent accesses touch
+// disjoint ranges and are ordered by the Ready protocol.
+unsafe impl Sync for RingBuf {}
+unsafe impl Send for RingBuf {}
+
+impl RingBuf {
+    /// A zeroed buffer of `len` bytes.
+    pub(crate) fn new(len: usize) -> RingBuf {
+        RingBuf {
+            words: (0..len.div_ceil(8)).map(|_| UnsafeCell::new(0)).collect(),
+            len,
+        }
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Pointer to byte `start` (in bounds: checked by the callers).
+    fn byte_ptr(&self, start: usize) -> *mut u8 {
+        // raw_get keeps the UnsafeCell's permission to write through a
+        // shared reference; the pointer's provenance is the whole slice.
+        let base = UnsafeCell::raw_get(self.words.as_ptr()) as *mut u8;
+        base.wrapping_add(start)
+    }
+
+    fn check(&self, start: usize, len: usize) {
+        assert!(
+            start.checked_add(len).is_some_and(|end| end <= self.len()),
+            "ring range {start}+{len} outside {} bytes",
+            self.len()
+        );
+    }
+
+    /// A mutable view of `start..start + len`.
+    ///
+    /// # Safety
+    /// No other live slice (shared or mutable) from this buffer may overlap
+    /// the range while the returned slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice_mut(&self, start: usize, len: usize) -> &mut [u8] {
+        self.check(start, len);
+        // SAFETY: in bounds (checked), inside one allocation; the caller
+        // guarantees exclusivity of the range.
+        unsafe { std::slice::from_raw_parts_mut(self.byte_ptr(start), len) }
+    }
+
+    /// A shared view of `start..start + len`.
+    ///
+    /// # Safety
+    /// No mutable slice overlapping the range may be live while the returned
+    /// slice lives, and the writes to the range must happen-before this call.
+    pub(crate) unsafe fn slice(&self, start: usize, len: usize) -> &[u8] {
+        self.check(start, len);
+        // SAFETY: as above, for shared access.
+        unsafe { std::slice::from_raw_parts(self.byte_ptr(start), len) }
+    }
+
+    /// A mutable f32 view of `values` values from byte `start`.
+    ///
+    /// # Safety
+    /// As [`RingBuf::slice_mut`] for the bytes covered.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice_mut_f32(&self, start: usize, values: usize) -> &mut [f32] {
+        assert!(start % 4 == 0, "f32 view at unaligned byte {start}");
+        self.check(start, values * 4);
+        // SAFETY: in bounds, 4-aligned (8-aligned base, start % 4 == 0), any
+        // bit pattern is a valid f32; exclusivity per the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.byte_ptr(start) as *mut f32, values) }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::prefetch::ready::Ready;
+    use std::sync::Arc;
+
+    /// Meant for miri: a writer fills the two halves of the buffer in turn
+    /// while the reader reads the half published before; `written` and
+    /// `acked` are the two directions of the protocol. Miri's data-race
+    /// detector checks they order the raw-slice accesses.
+    #[test]
+    fn concurrent_disjoint_write_and_read() {
+        let ring = Arc::new(RingBuf::new(64));
+        let written = Arc::new(Ready::new());
+        let acked = Arc::new(Ready::new());
+        let rounds = 6u32;
+        let writer = {
+            let (ring, written, acked) = (ring.clone(), written.clone(), acked.clone());
+            std::thread::spawn(move || {
+                for r in 0..rounds {
+                    // The half is free once the reader acked round r - 2.
+                    acked.wait(r.saturating_sub(1)).unwrap();
+                    let half = (r % 2) as usize * 32;
+                    // SAFETY: the reader finished with this half (acked) and
+                    // reads only the other half until we publish.
+                    unsafe { ring.slice_mut(half, 32) }.fill(r as u8 + 1);
+                    written.publish(r + 1);
+                }
+            })
+        };
+        for r in 0..rounds {
+            written.wait(r + 1).unwrap();
+            let half = (r % 2) as usize * 32;
+            // SAFETY: published (Acquire-observed) and not rewritten before
+            // we ack.
+            let src = unsafe { ring.slice(half, 32) };
+            assert!(src.iter().all(|&b| b == r as u8 + 1));
+            acked.publish(r + 1);
+        }
+        writer.join().unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn out_of_range_panics_not_ub() {
+        let ring = RingBuf::new(8);
+        // SAFETY: no other slice exists; the call panics before creating one.
+        let _ = unsafe { ring.slice(4, 8) };
+    }
+}

@@ -1,0 +1,320 @@
+//! Stall and I/O telemetry: per phase (prefill, decode, hints), per table.
+//!
+//! Stall is the wall time a consumer spent blocked in a wait (a prefill
+//! `wait`, a decode `step_wait`), attributed evenly to the tokens the wait
+//! covered. Latency summaries come from HDR histograms (3 significant
+//! digits) and are reported in microseconds. [`Stats`] is a plain struct
+//! that serializes to JSON with serde; [`StatsRecorder`] is the thread-safe
+//! collector the scheduler feeds.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::io::BatchStats;
+
+/// Mean, percentiles and maximum of a latency distribution, in microseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Number of samples (tokens for stalls, reads for read latency).
+    pub count: u64,
+    /// Mean.
+    pub mean_us: f64,
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Largest sample.
+    pub max_us: f64,
+}
+
+impl Summary {
+    /// Summarizes a histogram of nanosecond values.
+    pub fn from_histogram(h: &Histogram<u64>) -> Summary {
+        if h.is_empty() {
+            return Summary::default();
+        }
+        let us = |ns: u64| ns as f64 / 1_000.0;
+        Summary {
+            count: h.len(),
+            mean_us: h.mean() / 1_000.0,
+            p50_us: us(h.value_at_quantile(0.50)),
+            p90_us: us(h.value_at_quantile(0.90)),
+            p99_us: us(h.value_at_quantile(0.99)),
+            max_us: us(h.max()),
+        }
+    }
+}
+
+/// What one table cost in one phase.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TableStats {
+    /// Table index (layout order).
+    pub table: usize,
+    /// Waits the consumer made on this table.
+    pub waits: u64,
+    /// Tokens those waits covered.
+    pub tokens: u64,
+    /// Total time blocked in those waits, microseconds.
+    pub stall_total_us: f64,
+    /// Stall per token (each wait's stall spread over its tokens).
+    pub stall_per_token: Summary,
+    /// Row ids requested (with duplicates).
+    pub rows_requested: u64,
+    /// Distinct row ids per batch, summed over batches.
+    pub rows_unique: u64,
+    /// Rows served from the row cache.
+    pub cache_hits: u64,
+    /// Reads issued to storage.
+    pub reads_issued: u64,
+    /// Bytes read from storage.
+    pub bytes_read: u64,
+    /// Batches (read calls) issued.
+    pub batches: u64,
+    /// Latency of each storage read.
+    pub read_latency: Summary,
+    /// Wall time of each batch call.
+    pub batch_latency: Summary,
+}
+
+/// What one phase cost, per table and in total.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseStats {
+    /// One entry per table.
+    pub tables: Vec<TableStats>,
+    /// Stall per token summed over the tables.
+    pub stall_per_token_total: Summary,
+}
+
+/// Everything the scheduler measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Prefill waits and reads.
+    pub prefill: PhaseStats,
+    /// Decode steps.
+    pub decode: PhaseStats,
+    /// Low-priority hint reads (stall fields stay empty: nobody waits on them).
+    pub hints: PhaseStats,
+}
+
+impl Stats {
+    /// The stats as one JSON document.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("stats hold only plain numbers")
+    }
+}
+
+/// Which part of the work a sample belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Prompt processing.
+    Prefill,
+    /// One token at a time.
+    Decode,
+    /// Speculative reads into the row cache.
+    Hint,
+}
+
+struct TableRecord {
+    waits: u64,
+    tokens: u64,
+    stall_total_ns: u64,
+    stall_per_token: Histogram<u64>,
+    io: BatchStatsTotals,
+}
+
+#[derive(Default)]
+struct BatchStatsTotals {
+    rows_requested: u64,
+    rows_unique: u64,
+    cache_hits: u64,
+    reads_issued: u64,
+    bytes_read: u64,
+    batches: u64,
+    read_latency: Option<Histogram<u64>>,
+    batch_latency: Option<Histogram<u64>>,
+}
+
+struct PhaseRecord {
+    tables: Vec<TableRecord>,
+    stall_total: Histogram<u64>,
+}
+
+/// Thread-safe collector of [`Stats`] with bounded memory (histograms, not
+/// sample lists).
+pub struct StatsRecorder {
+    phases: Mutex<[PhaseRecord; 3]>,
+}
+
+impl std::fmt::Debug for StatsRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatsRecorder").finish_non_exhaustive()
+    }
+}
+
+const HOUR_NS: u64 = 3_600_000_000_000;
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HOUR_NS, 3).expect("static histogram bounds are valid")
+}
+
+fn record(h: &mut Histogram<u64>, ns: u64, count: u64) {
+    // Zero stalls are real samples; the histogram's lowest bucket is 1 ns.
+    h.saturating_record_n(ns.clamp(1, HOUR_NS), count);
+}
+
+impl StatsRecorder {
+    /// A recorder for `tables` tables.
+    pub fn new(tables: usize) -> StatsRecorder {
+        let phase = || PhaseRecord {
+            tables: (0..tables)
+                .map(|_| TableRecord {
+                    waits: 0,
+                    tokens: 0,
+                    stall_total_ns: 0,
+                    stall_per_token: histogram(),
+                    io: BatchStatsTotals::default(),
+                })
+                .collect(),
+            stall_total: histogram(),
+        };
+        StatsRecorder {
+            phases: Mutex::new([phase(), phase(), phase()]),
+        }
+    }
+
+    fn with_phase<R>(&self, phase: Phase, f: impl FnOnce(&mut PhaseRecord) -> R) -> R {
+        let mut phases = match self.phases.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        f(&mut phases[phase as usize])
+    }
+
+    /// Records a wait on `table` that covered `tokens` tokens and blocked for
+    /// `stall`.
+    pub fn record_wait(&self, phase: Phase, table: usize, tokens: u64, stall: Duration) {
+        let ns = u64::try_from(stall.as_nanos()).unwrap_or(u64::MAX);
+        self.with_phase(phase, |p| {
+            if let Some(t) = p.tables.get_mut(table) {
+                t.waits += 1;
+                t.tokens += tokens;
+                t.stall_total_ns = t.stall_total_ns.saturating_add(ns);
+                if let Some(per) = ns.checked_div(tokens) {
+                    record(&mut t.stall_per_token, per, tokens);
+                }
+            }
+        });
+    }
+
+    /// Records the total stall (all tables) of `tokens` tokens that each
+    /// stalled `per_token`.
+    pub fn record_token_total(&self, phase: Phase, per_token: Duration, tokens: u64) {
+        let ns = u64::try_from(per_token.as_nanos()).unwrap_or(u64::MAX);
+        self.with_phase(phase, |p| record(&mut p.stall_total, ns, tokens));
+    }
+
+    /// Records one batch read of `table`.
+    pub fn record_batch(&self, phase: Phase, table: usize, batch: &BatchStats) {
+        self.with_phase(phase, |p| {
+            if let Some(t) = p.tables.get_mut(table) {
+                let io = &mut t.io;
+                io.rows_requested += batch.rows_requested;
+                io.rows_unique += batch.rows_unique;
+                io.cache_hits += batch.cache_hits;
+                io.reads_issued += batch.reads_issued;
+                io.bytes_read += batch.bytes_read;
+                io.batches += 1;
+                let reads = io.read_latency.get_or_insert_with(histogram);
+                for &ns in &batch.read_latencies_ns {
+                    record(reads, ns, 1);
+                }
+                let elapsed = u64::try_from(batch.elapsed.as_nanos()).unwrap_or(u64::MAX);
+                record(io.batch_latency.get_or_insert_with(histogram), elapsed, 1);
+            }
+        });
+    }
+
+    /// A snapshot of everything recorded so far.
+    pub fn snapshot(&self) -> Stats {
+        let phase = |p: Phase| self.with_phase(p, |r| phase_stats(r));
+        Stats {
+            prefill: phase(Phase::Prefill),
+            decode: phase(Phase::Decode),
+            hints: phase(Phase::Hint),
+        }
+    }
+}
+
+fn phase_stats(r: &PhaseRecord) -> PhaseStats {
+    let summary =
+        |h: &Option<Histogram<u64>>| h.as_ref().map(Summary::from_histogram).unwrap_or_default();
+    PhaseStats {
+        tables: r
+            .tables
+            .iter()
+            .enumerate()
+            .map(|(table, t)| TableStats {
+                table,
+                waits: t.waits,
+                tokens: t.tokens,
+                stall_total_us: t.stall_total_ns as f64 / 1_000.0,
+                stall_per_token: Summary::from_histogram(&t.stall_per_token),
+                rows_requested: t.io.rows_requested,
+                rows_unique: t.io.rows_unique,
+                cache_hits: t.io.cache_hits,
+                reads_issued: t.io.reads_issued,
+                bytes_read: t.io.bytes_read,
+                batches: t.io.batches,
+                read_latency: summary(&t.io.read_latency),
+                batch_latency: summary(&t.io.batch_latency),
+            })
+            .collect(),
+        stall_per_token_total: Summary::from_histogram(&r.stall_total),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stall_spreads_over_tokens_and_serializes() {
+        let rec = StatsRecorder::new(2);
+        rec.record_wait(Phase::Prefill, 0, 4, Duration::from_micros(400));
+        rec.record_wait(Phase::Prefill, 0, 4, Duration::ZERO);
+        rec.record_wait(Phase::Decode, 1, 1, Duration::from_micros(50));
+        rec.record_batch(
+            Phase::Decode,
+            1,
+            &BatchStats {
+                rows_requested: 24,
+                rows_unique: 20,
+                cache_hits: 3,
+                reads_issued: 17,
+                bytes_read: 17 * 4096,
+                elapsed: Duration::from_micros(90),
+                read_latencies_ns: vec![80_000; 17],
+            },
+        );
+        let s = rec.snapshot();
+        let t0 = &s.prefill.tables[0];
+        assert_eq!((t0.waits, t0.tokens), (2, 8));
+        assert_eq!(t0.stall_per_token.count, 8);
+        assert!((t0.stall_per_token.max_us - 100.0).abs() < 0.5);
+        assert!((t0.stall_per_token.mean_us - 50.0).abs() < 0.5);
+        assert!((t0.stall_total_us - 400.0).abs() < 1e-9);
+        let d1 = &s.decode.tables[1];
+        assert_eq!(
+            (d1.rows_requested, d1.rows_unique, d1.cache_hits),
+            (24, 20, 3)
+        );
+        assert!((d1.read_latency.p99_us - 80.0).abs() < 0.1);
+        let back: Stats = serde_json::from_str(&s.to_json()).unwrap();
+        assert_eq!(back, s);
+    }
+}

@@ -1,0 +1,248 @@
+//! The scheduler over real model files: every I/O backend, with and without
+//! the row cache, raw and decoded rows, and the fault-injecting source.
+//! Rows must equal the model's own synchronous pread path.
+
+mod prefetch_util;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram::cache::{CachedSource, RowCache};
+use engram::codec::{Encoding, ROW_DIM};
+use engram::io::fault::{FaultPlan, FaultSource};
+use engram::io::{open_source, Backend, IoConfig, RowSource};
+use engram::layout::Layout;
+use engram::model::{synth, Model, NoProgress};
+use engram::prefetch::{Engine, PrefetchConfig, RowFormat};
+use engram::Error;
+use prefetch_util::{tiny_layout, within};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn model_layout() -> Layout {
+    Layout {
+        head_dim: ROW_DIM,
+        ..tiny_layout()
+    }
+}
+
+fn write_model(dir: &std::path::Path, encoding: Encoding) -> Model {
+    let path = dir.join("m.gguf");
+    synth::write_gguf(&path, &model_layout(), encoding, 7, &NoProgress).unwrap();
+    Model::open(&path).unwrap()
+}
+
+fn prompt(n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| (i * 13 + i / 7) % 50).collect()
+}
+
+fn config(format: RowFormat) -> PrefetchConfig {
+    PrefetchConfig {
+        chunk_tokens: 64,
+        first_chunk_tokens: 16,
+        ring_chunks: 2,
+        overlap_threshold: 0,
+        format,
+        ..PrefetchConfig::default()
+    }
+}
+
+/// Prefill + decode through `engine`, checked against `model`'s preads.
+fn check_against_model(engine: Engine, model: Model) {
+    within(LIMIT, move || {
+        let tokens = prompt(300);
+        let mut seq = engine.sequence();
+        let ids = seq.row_ids(&tokens, None).unwrap();
+        let f32_rows = engine.config().format == RowFormat::F32;
+        let expect = |table: usize, from: usize, to: usize| -> (Vec<u8>, Vec<f32>) {
+            let rows: Vec<u64> = (from..to)
+                .flat_map(|t| (0..4).map(move |c| (t, c)))
+                .map(|(t, c)| u64::from(ids[t * 8 + table * 4 + c]))
+                .collect();
+            let mut raw = Vec::new();
+            model.read_raw_rows(table, &rows, &mut raw).unwrap();
+            let mut values = Vec::new();
+            model.read_rows_f32(table, &rows, &mut values).unwrap();
+            (raw, values)
+        };
+        let mut prefill = seq.prefill(&tokens, None).unwrap();
+        let mut upto = 0;
+        while upto < 300 {
+            let from = upto;
+            upto = (upto + 50).min(300);
+            for table in 0..2 {
+                let view = prefill.wait(table, upto).unwrap();
+                let (raw, values) = expect(table, from as usize, upto as usize);
+                if f32_rows {
+                    let got = view.to_f32_vec();
+                    assert!(got
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .eq(values.iter().map(|v| v.to_bits())));
+                } else {
+                    assert!(view.to_vec() == raw, "table {table} {from}..{upto}");
+                }
+            }
+        }
+        drop(prefill);
+        for token in [3u32, 9, 3, 9, 27] {
+            let step_ids = seq.row_ids(&[token], None).unwrap();
+            seq.hint(&[token, 5]).unwrap();
+            seq.step_begin(token).unwrap();
+            for table in 0..2 {
+                let rows: Vec<u64> = step_ids[table * 4..table * 4 + 4]
+                    .iter()
+                    .map(|&r| u64::from(r))
+                    .collect();
+                let view = seq.step_wait(table).unwrap();
+                if f32_rows {
+                    let mut values = Vec::new();
+                    model.read_rows_f32(table, &rows, &mut values).unwrap();
+                    assert_eq!(view.to_f32_vec(), values);
+                } else {
+                    let mut raw = Vec::new();
+                    model.read_raw_rows(table, &rows, &mut raw).unwrap();
+                    assert_eq!(view.to_vec(), raw);
+                }
+            }
+        }
+        let stats = seq.stats();
+        assert_eq!(stats.prefill.tables[1].tokens, 300);
+        assert!(stats.prefill.tables[0].rows_requested >= 1200);
+    });
+}
+
+#[test]
+fn every_backend_with_and_without_cache_matches_model_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    for encoding in [Encoding::E4m3E8m0Row264, Encoding::Lloyd4E5m3Row136] {
+        let model = write_model(dir.path(), encoding);
+        let mut backends = vec![Backend::Psync, Backend::Mmap];
+        if cfg!(target_os = "linux") {
+            backends.push(Backend::Uring);
+        }
+        for backend in backends {
+            let io = IoConfig {
+                backend,
+                depth: 8,
+                ..IoConfig::default()
+            };
+            let opened = match open_source(&model.tables, &io) {
+                Ok(o) => o,
+                Err(e) if backend == Backend::Uring => {
+                    eprintln!("skipping io_uring: {e}");
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            for cached in [false, true] {
+                for format in [RowFormat::Raw, RowFormat::F32] {
+                    let source: Arc<dyn RowSource> = if cached {
+                        let cache = Arc::new(RowCache::new(1 << 20, encoding.row_bytes()));
+                        Arc::new(CachedSource::new(opened.source.clone(), cache))
+                    } else {
+                        opened.source.clone()
+                    };
+                    let engine = Engine::for_model(&model, source, config(format)).unwrap();
+                    check_against_model(engine, model.clone());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn session_cache_serves_repeated_rows_and_hints() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path(), Encoding::E4m3E8m0Row264);
+    let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
+    let cache = Arc::new(RowCache::new(8 << 20, 264));
+    let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(opened.source, cache.clone()));
+    let engine = Engine::for_model(&model, source, config(RowFormat::Raw)).unwrap();
+    within(LIMIT, move || {
+        let mut seq = engine.sequence();
+        // A prompt that repeats itself: its second half hits the cache.
+        let half = prompt(128);
+        let tokens = [half.clone(), half].concat();
+        {
+            let mut prefill = seq.prefill(&tokens, None).unwrap();
+            for table in 0..2 {
+                let mut upto = 0;
+                while upto < 256 {
+                    upto += 64;
+                    prefill.wait(table, upto).unwrap();
+                }
+            }
+        }
+        let stats = seq.stats();
+        let t0 = &stats.prefill.tables[0];
+        assert!(
+            t0.cache_hits > 0,
+            "repeated rows came from the cache: {t0:?}"
+        );
+        // A hinted token's step reads only cached rows.
+        let hits_before = cache.hits();
+        seq.hint(&[41]).unwrap();
+        // The hint is served when no demand work is queued; wait until the
+        // cache holds the hinted rows (bounded by `within`).
+        let ids = seq.row_ids(&[41], None).unwrap();
+        while !ids[..4]
+            .iter()
+            .all(|&r| cache.get(0, u64::from(r)).is_some())
+        {
+            std::thread::yield_now();
+        }
+        seq.step_begin(41).unwrap();
+        seq.step_wait(0).unwrap();
+        assert!(cache.hits() >= hits_before + 4);
+    });
+}
+
+#[test]
+fn device_errors_from_the_fault_source_reach_the_waiter() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path(), Encoding::E4m3E8m0Row264);
+    for plan in [
+        FaultPlan {
+            eio_at_read: Some(40),
+            ..FaultPlan::default()
+        },
+        FaultPlan {
+            truncate_at_read: Some((40, model.tables[0].offset + 264 * 10)),
+            ..FaultPlan::default()
+        },
+    ] {
+        let source = FaultSource::open(&model.tables, &IoConfig::default(), plan.clone()).unwrap();
+        let engine = Engine::for_model(&model, Arc::new(source), config(RowFormat::Raw)).unwrap();
+        let model = model.clone();
+        within(LIMIT, move || {
+            let tokens = prompt(600);
+            let mut seq = engine.sequence();
+            let mut prefill = seq.prefill(&tokens, None).unwrap();
+            let mut failure = None;
+            'outer: for upto in (60..=600).step_by(60) {
+                for table in 0..2 {
+                    if let Err(e) = prefill.wait(table, upto) {
+                        failure = Some(e);
+                        break 'outer;
+                    }
+                }
+            }
+            match failure.expect("a fault must surface at a wait") {
+                Error::RowRead {
+                    table,
+                    row,
+                    offset,
+                    file,
+                    ..
+                } => {
+                    let loc = &model.tables[table];
+                    assert_eq!(file, loc.file);
+                    assert!(offset >= loc.offset && offset < loc.offset + loc.rows * 264 + 4096);
+                    assert!(row < loc.rows);
+                }
+                other => panic!("expected RowRead for {plan:?}, got {other}"),
+            }
+        });
+    }
+}
