@@ -186,10 +186,7 @@ fn session_cache_serves_repeated_rows_and_hints() {
         // The hint is served when no demand work is queued; wait until the
         // cache holds the hinted rows (bounded by `within`).
         let ids = seq.row_ids(&[41], None).unwrap();
-        while !ids[..4]
-            .iter()
-            .all(|&r| cache.get(0, u64::from(r)).is_some())
-        {
+        while !ids[..4].iter().all(|&r| cache.get(0, r).is_some()) {
             std::thread::yield_now();
         }
         seq.step_begin(41).unwrap();

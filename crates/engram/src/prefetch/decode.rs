@@ -18,7 +18,7 @@ use crate::{Error, Result};
 struct StepTable {
     /// Steps whose rows are in `buf` (the current step's number once read).
     ready: Ready,
-    rows: Mutex<Vec<u64>>,
+    rows: Mutex<Vec<u32>>,
     buf: RingBuf,
     flight: Arc<InFlight>,
 }
@@ -118,11 +118,7 @@ impl StepJob {
             }
             let mut rows = lock(&t.rows);
             rows.clear();
-            rows.extend(
-                ids[table * cols..(table + 1) * cols]
-                    .iter()
-                    .map(|&r| u64::from(r)),
-            );
+            rows.extend_from_slice(&ids[table * cols..(table + 1) * cols]);
         }
         if prefetch {
             for (table, t) in self.tables.iter().enumerate() {
@@ -236,7 +232,7 @@ pub(crate) struct HintTask {
     /// The sequence's hint counter: its drop waits for running hints.
     pub flight: Arc<InFlight>,
     pub table: usize,
-    pub rows: Vec<u64>,
+    pub rows: Vec<u32>,
     pub source: Arc<dyn RowSource>,
     pub stats: Arc<StatsRecorder>,
 }

@@ -449,11 +449,11 @@ impl Sequence {
         self.check_open()?;
         let tables = self.tables();
         let cols = self.shared.columns;
-        let mut per_table: Vec<Vec<u64>> = vec![Vec::new(); tables];
+        let mut per_table: Vec<Vec<u32>> = vec![Vec::new(); tables];
         for &token in tokens {
             let ids = self.row_ids(&[token], None)?;
             for (t, rows) in per_table.iter_mut().enumerate() {
-                rows.extend(ids[t * cols..(t + 1) * cols].iter().map(|&r| u64::from(r)));
+                rows.extend_from_slice(&ids[t * cols..(t + 1) * cols]);
             }
         }
         for (table, rows) in per_table.into_iter().enumerate() {

@@ -118,16 +118,12 @@ impl TableJob {
     }
 
     /// Row ids of `table` for tokens `start..end`, token-major.
-    fn row_ids(&self, start: u32, end: u32) -> Vec<u64> {
+    fn row_ids(&self, start: u32, end: u32) -> Vec<u32> {
         let stride = self.tables * self.cols;
         let mut rows = Vec::with_capacity((end - start) as usize * self.cols);
         for t in start as usize..end as usize {
             let base = t * stride + self.table * self.cols;
-            rows.extend(
-                self.ids[base..base + self.cols]
-                    .iter()
-                    .map(|&r| u64::from(r)),
-            );
+            rows.extend_from_slice(&self.ids[base..base + self.cols]);
         }
         rows
     }

@@ -21,7 +21,7 @@ pub(crate) struct ReadCtx<'a> {
 
 impl ReadCtx<'_> {
     /// Reads `rows` of `table` into `out` (`rows.len() * row_bytes` bytes).
-    pub(crate) fn read(&self, table: usize, rows: &[u64], out: &mut [u8]) -> Result<()> {
+    pub(crate) fn read(&self, table: usize, rows: &[u32], out: &mut [u8]) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -45,19 +45,19 @@ impl ReadCtx<'_> {
     pub(crate) fn read_f32(
         &self,
         table: usize,
-        rows: &[u64],
+        rows: &[u32],
         encoding: Encoding,
         out: &mut [f32],
     ) -> Result<()> {
         let mut raw = vec![0u8; rows.len() * encoding.row_bytes()];
         self.read(table, rows, &mut raw)?;
         encoding.decode_rows(&raw, out).map_err(|e| {
-            let row = rows.get(e.index).copied().unwrap_or(u64::MAX);
+            let row = rows.get(e.index).map_or(u64::MAX, |&r| u64::from(r));
             e.into_error(table, row)
         })
     }
 
-    fn read_unguarded(&self, table: usize, rows: &[u64], out: &mut [u8]) -> Result<()> {
+    fn read_unguarded(&self, table: usize, rows: &[u32], out: &mut [u8]) -> Result<()> {
         if self.batch {
             let stats = self.source.read_rows_at(table, rows, out, self.priority)?;
             self.stats.record_batch(self.phase, table, &stats);

@@ -96,7 +96,7 @@ impl RowSource for MemSource {
     fn read_rows_at(
         &self,
         table: usize,
-        rows: &[u64],
+        rows: &[u32],
         out: &mut [u8],
         priority: Priority,
     ) -> Result<BatchStats> {
@@ -108,7 +108,11 @@ impl RowSource for MemSource {
             std::thread::sleep(d); // stands in for device latency
         }
         assert_eq!(out.len(), rows.len() * ROW_BYTES, "caller sized out wrong");
-        for (&row, dst) in rows.iter().zip(out.chunks_exact_mut(ROW_BYTES)) {
+        for (row, dst) in rows
+            .iter()
+            .map(|&r| u64::from(r))
+            .zip(out.chunks_exact_mut(ROW_BYTES))
+        {
             if row >= self.rows[table] {
                 return Err(Error::InvalidArgument(format!(
                     "row {row} outside table {table}"
