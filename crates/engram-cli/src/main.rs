@@ -18,6 +18,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Build a small model and show the stall each prefetch schedule leaves.
+    Demo(commands::demo::Args),
     /// Print a layout: tables, rows, primes and multipliers.
     Layout(commands::layout::LayoutArgs),
     /// Show a model's layout and where its tables are (.gguf file or checkpoint directory).
@@ -47,6 +49,7 @@ pub fn emit(text: &str) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: commands::CmdResult = match cli.command {
+        Command::Demo(a) => commands::demo::run(&a).map_err(Into::into),
         Command::Layout(a) => commands::layout::run(&a),
         Command::Inspect(a) => commands::inspect::run(a).map_err(Into::into),
         Command::Hash(a) => commands::hash::run(&a),
