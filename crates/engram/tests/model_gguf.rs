@@ -78,6 +78,28 @@ fn write_fuzz_seeds() {
     for e in Encoding::ALL {
         synth::write_gguf(&dir.join(format!("{e}.gguf")), &layout, e, 1, &NoProgress).unwrap();
     }
+    // A deepseek4-dialect file whose primes, multipliers and token map are
+    // derived: one table, bigrams, one head, engram vocab 3 (prime 3).
+    use engram::model::gguf::{Array, GgufWriter, TensorDecl, Value};
+    let k = |s: &str| format!("deepseek4.engram.{s}");
+    let meta = vec![
+        (k("layer_ids"), Value::Array(Array::U32(vec![1]))),
+        (k("num_embeddings"), Value::Array(Array::U32(vec![3]))),
+        (k("max_ngram_size"), Value::U32(2)),
+        (k("head_count"), Value::U32(1)),
+        (k("vocab_size"), Value::U32(3)),
+        (k("pad_id"), Value::U32(2)),
+    ];
+    let decl = TensorDecl {
+        name: "blk.1.engram_embd.weight".into(),
+        dims: vec![264, 3],
+        ggml_type: 24,
+        bytes: 3 * 264,
+    };
+    let mut w = GgufWriter::create(&dir.join("deepseek4.gguf"), &meta, vec![decl]).unwrap();
+    w.write(&[0u8; 3 * 264]).unwrap();
+    w.finish().unwrap();
+    Model::open(dir.join("deepseek4.gguf")).unwrap();
 }
 
 /// A `deepseek4.engram.*` file as other converters write it: only the
