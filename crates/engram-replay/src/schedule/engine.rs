@@ -1,0 +1,141 @@
+//! `sync`, `overlap` and `full`: this project's engine under three
+//! configurations.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engram::cache::{CachedSource, RowCache};
+use engram::io::{open_source, RowSource};
+use engram::prefetch::{Engine, PrefetchConfig, Prefill, RowFormat, RowsView, Sequence};
+use engram::stats::Stats;
+use engram::Result;
+
+use super::{IoCounters, PrefillRun, Schedule, ScheduleKind, ScheduleSetup};
+
+/// One of the engine-backed schedules.
+pub struct EngineSchedule {
+    // Declared before the engine: a sequence is dropped (its readers
+    // cancelled and joined) before the engine's pool shuts down.
+    sequence: Sequence,
+    _engine: Engine,
+    kind: ScheduleKind,
+    f32_rows: bool,
+}
+
+impl EngineSchedule {
+    /// A fresh engine and sequence for `kind` (not `Ds4`).
+    pub fn new(kind: ScheduleKind, setup: &ScheduleSetup<'_>) -> Result<EngineSchedule> {
+        let opened = open_source(&setup.model.tables, &setup.io)?;
+        let mut config = PrefetchConfig {
+            format: if setup.f32_rows {
+                RowFormat::F32
+            } else {
+                RowFormat::Raw
+            },
+            ..PrefetchConfig::default()
+        };
+        let source: Arc<dyn RowSource> = match kind {
+            ScheduleKind::Full => {
+                config.lookup_hints = setup.lookup_hints;
+                let row_bytes = setup.model.tables[0].encoding.row_bytes();
+                let cache = Arc::new(RowCache::new(setup.cache_bytes, row_bytes));
+                Arc::new(CachedSource::new(opened.source, cache))
+            }
+            ScheduleKind::Sync => {
+                config.prefetch = false;
+                opened.source
+            }
+            _ => opened.source,
+        };
+        let engine = Engine::for_model(setup.model, source, config)?;
+        Ok(EngineSchedule {
+            sequence: engine.sequence(),
+            _engine: engine,
+            kind,
+            f32_rows: setup.f32_rows,
+        })
+    }
+}
+
+impl Schedule for EngineSchedule {
+    fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn prefill<'a>(&'a mut self, tokens: &[u32]) -> Result<Box<dyn PrefillRun + 'a>> {
+        let f32_rows = self.f32_rows;
+        let prefill = self.sequence.prefill(tokens, None)?;
+        Ok(Box::new(EnginePrefill { prefill, f32_rows }))
+    }
+
+    fn step_begin(&mut self, token: u32, stall: &mut [Duration]) -> Result<()> {
+        let started = Instant::now();
+        self.sequence.step_begin(token)?;
+        // step_begin blocks only while the previous step's reads finish;
+        // the forward pass cannot start the step meanwhile.
+        stall[0] += started.elapsed();
+        Ok(())
+    }
+
+    fn step_wait(&mut self, table: usize, rows: Option<&mut Vec<f32>>) -> Result<Duration> {
+        let started = Instant::now();
+        let view = self.sequence.step_wait(table)?;
+        let stall = started.elapsed();
+        copy_rows(&view, rows);
+        Ok(stall)
+    }
+
+    fn hint(&mut self, tokens: &[u32]) -> Result<()> {
+        if self.kind == ScheduleKind::Full {
+            self.sequence.hint(tokens)?;
+        }
+        Ok(())
+    }
+
+    fn io(&mut self) -> IoCounters {
+        counters(&self.sequence.stats())
+    }
+}
+
+struct EnginePrefill<'a> {
+    prefill: Prefill<'a>,
+    f32_rows: bool,
+}
+
+impl PrefillRun for EnginePrefill<'_> {
+    fn layer_start(&mut self, _layer: u32, _start: u32) -> Result<()> {
+        Ok(())
+    }
+
+    fn wait(&mut self, table: usize, upto: u32, rows: Option<&mut Vec<f32>>) -> Result<Duration> {
+        let started = Instant::now();
+        let view = self.prefill.wait(table, upto)?;
+        let stall = started.elapsed();
+        if self.f32_rows {
+            copy_rows(&view, rows);
+        }
+        Ok(stall)
+    }
+}
+
+fn copy_rows(view: &RowsView<'_>, rows: Option<&mut Vec<f32>>) {
+    if let Some(rows) = rows {
+        rows.clear();
+        rows.extend_from_slice(&view.to_f32_vec());
+    }
+}
+
+/// Sums the engine's per-phase, per-table counters.
+fn counters(stats: &Stats) -> IoCounters {
+    let mut io = IoCounters::default();
+    for phase in [&stats.prefill, &stats.decode, &stats.hints] {
+        for t in &phase.tables {
+            io.rows_requested += t.rows_requested;
+            io.rows_unique += t.rows_unique;
+            io.cache_hits += t.cache_hits;
+            io.bytes_read += t.bytes_read;
+            io.reads += t.reads_issued;
+        }
+    }
+    io
+}

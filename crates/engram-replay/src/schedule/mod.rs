@@ -1,0 +1,158 @@
+//! Schedules: the ways of getting Engram rows to the forward pass that the
+//! replay compares. Each run of a schedule gets a fresh engine, source and
+//! cache, so no schedule benefits from another's reads (beyond the page
+//! cache, which `--cold` empties).
+//!
+//! - `sync`: each table's rows are read right before its layer, on the
+//!   forward thread (the engine with prefetch off).
+//! - `ds4`: the peer's published schedule and read path ([`ds4`]).
+//! - `overlap`: this project's pipeline, without row cache or hints.
+//! - `full`: the pipeline with the session row cache and hints.
+
+mod ds4;
+mod engine;
+
+use std::time::Duration;
+
+use engram::io::IoConfig;
+use engram::model::Model;
+use engram::{Error, Result};
+
+pub use ds4::Ds4Schedule;
+pub use engine::EngineSchedule;
+
+/// The schedules `engram bench` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleKind {
+    /// Reads at the wait, no overlap.
+    Sync,
+    /// The peer's schedule.
+    Ds4,
+    /// This project's pipeline.
+    Overlap,
+    /// The pipeline with row cache and hints.
+    Full,
+}
+
+impl ScheduleKind {
+    /// Every schedule, in report order.
+    pub const ALL: [ScheduleKind; 4] = [
+        ScheduleKind::Sync,
+        ScheduleKind::Ds4,
+        ScheduleKind::Overlap,
+        ScheduleKind::Full,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScheduleKind::Sync => "sync",
+            ScheduleKind::Ds4 => "ds4",
+            ScheduleKind::Overlap => "overlap",
+            ScheduleKind::Full => "full",
+        }
+    }
+
+    /// Parses a comma-separated list (`sync,ds4,overlap,full`).
+    pub fn parse_list(text: &str) -> Result<Vec<ScheduleKind>> {
+        let mut kinds = Vec::new();
+        for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let kind = ScheduleKind::ALL
+                .into_iter()
+                .find(|k| k.name() == name)
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "--schedule: unknown schedule {name:?} (known: sync, ds4, overlap, full)"
+                    ))
+                })?;
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        if kinds.is_empty() {
+            return Err(Error::InvalidArgument(
+                "--schedule names no schedule".into(),
+            ));
+        }
+        Ok(kinds)
+    }
+}
+
+/// What a schedule is built from.
+#[derive(Debug, Clone)]
+pub struct ScheduleSetup<'a> {
+    /// The model whose tables are read.
+    pub model: &'a Model,
+    /// Row I/O options of this project's engine (the `ds4` schedule uses
+    /// the peer's own read path instead).
+    pub io: IoConfig,
+    /// Rows are handed out decoded to f32 (a compute that uses them).
+    pub f32_rows: bool,
+    /// Row cache budget of `full`, bytes.
+    pub cache_bytes: u64,
+    /// `full` predicts hints itself from the prompt (prompt lookup).
+    pub lookup_hints: bool,
+}
+
+/// Builds a fresh schedule of `kind`.
+pub fn build(kind: ScheduleKind, setup: &ScheduleSetup<'_>) -> Result<Box<dyn Schedule>> {
+    Ok(match kind {
+        ScheduleKind::Ds4 => Box::new(Ds4Schedule::new(setup)?),
+        _ => Box::new(EngineSchedule::new(kind, setup)?),
+    })
+}
+
+/// I/O a schedule did, over its whole run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IoCounters {
+    /// Row ids requested (with duplicates), all phases and tables.
+    pub rows_requested: u64,
+    /// Rows that remained to fetch after deduplication (served from the
+    /// row cache or read from storage).
+    pub rows_unique: u64,
+    /// Rows served from a row cache.
+    pub cache_hits: u64,
+    /// Bytes read from storage.
+    pub bytes_read: u64,
+    /// Read requests issued to storage.
+    pub reads: u64,
+}
+
+/// One run of a schedule: a sequence that takes a prefill, then decode steps.
+pub trait Schedule {
+    /// Name in reports.
+    fn name(&self) -> &'static str;
+
+    /// Starts the prefill of `tokens`, before layer 0 runs.
+    fn prefill<'a>(&'a mut self, tokens: &[u32]) -> Result<Box<dyn PrefillRun + 'a>>;
+
+    /// Appends `token` as a decode step. A schedule that blocks here (a
+    /// synchronous read, or the previous step's reads) adds the time to
+    /// `stall[table]`.
+    fn step_begin(&mut self, token: u32, stall: &mut [Duration]) -> Result<()>;
+
+    /// Blocks until the current step's rows of `table` are there, at the
+    /// table's layer; copies them (f32) into `rows` if given. Returns the
+    /// time blocked, not counting the copy.
+    fn step_wait(&mut self, table: usize, rows: Option<&mut Vec<f32>>) -> Result<Duration>;
+
+    /// Offers `tokens` as guesses of the next token. Schedules without
+    /// hints ignore them.
+    fn hint(&mut self, tokens: &[u32]) -> Result<()>;
+
+    /// The I/O done so far.
+    fn io(&mut self) -> IoCounters;
+}
+
+/// A running prefill of one schedule.
+pub trait PrefillRun {
+    /// The forward pass is about to run `layer` over the chunk that starts
+    /// at token `start` (a schedule may start reads here).
+    fn layer_start(&mut self, layer: u32, start: u32) -> Result<()>;
+
+    /// Blocks until rows of `table` for tokens up to `upto` are there (waits
+    /// on one table ask for increasing `upto`; each covers the tokens since
+    /// the previous one) and copies them (f32) into `rows` if given.
+    /// Returns the time blocked, not counting the copy.
+    fn wait(&mut self, table: usize, upto: u32, rows: Option<&mut Vec<f32>>) -> Result<Duration>;
+}
