@@ -36,6 +36,8 @@ enum Command {
     Pack(commands::pack::Args),
     /// Measure row reads from storage: single rows, decode and prefill batches.
     Iobench(commands::iobench::IobenchArgs),
+    /// Replay a prompt's prefill and decode under several schedules; report the stall.
+    Bench(commands::bench::Args),
 }
 
 /// Writes `text` and a newline to stdout. A closed pipe (`engram ... | head`)
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
         Command::Transcode(a) => commands::transcode::run(a).map_err(Into::into),
         Command::Pack(a) => commands::pack::run(a).map_err(Into::into),
         Command::Iobench(a) => commands::iobench::run(&a).map_err(Into::into),
+        Command::Bench(a) => commands::bench::run(&a).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! One module per subcommand, plus the arguments several of them share.
 
+pub mod bench;
 pub mod demo;
 pub mod hash;
 pub mod inspect;

@@ -1,0 +1,193 @@
+//! The replay loop: one schedule, one compute model, a prefill of the
+//! prompt in the chosen sweep, then decode steps with teacher forcing.
+
+use std::time::{Duration, Instant};
+
+use engram::{Error, Result};
+
+use crate::compute::Compute;
+use crate::hints::{Drafter, HintMode};
+use crate::schedule::{PrefillRun, Schedule};
+
+/// The order in which a prefill runs the (layer, chunk) pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep {
+    /// Every chunk through layer i before any goes through layer i + 1.
+    Layer,
+    /// Each chunk through all layers before the next chunk starts.
+    Chunk,
+}
+
+impl Sweep {
+    /// Parses `layer` or `chunk`.
+    pub fn parse(text: &str) -> Result<Sweep> {
+        match text {
+            "layer" => Ok(Sweep::Layer),
+            "chunk" => Ok(Sweep::Chunk),
+            _ => Err(Error::InvalidArgument(format!(
+                "--sweep {text:?}: expected layer or chunk"
+            ))),
+        }
+    }
+
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sweep::Layer => "layer",
+            Sweep::Chunk => "chunk",
+        }
+    }
+}
+
+/// How the replay drives the forward pass.
+#[derive(Debug, Clone)]
+pub struct Drive {
+    /// Prefill order.
+    pub sweep: Sweep,
+    /// Tokens per prefill chunk.
+    pub ubatch: usize,
+    /// `engram_layers[t]`: the layer that consumes table `t`.
+    pub engram_layers: Vec<u32>,
+    /// Hints offered during decode.
+    pub hints: HintMode,
+    /// Vocabulary size (wrong drafts are drawn from it).
+    pub vocab: u32,
+    /// Seed of the drafts.
+    pub seed: u64,
+}
+
+/// What one replay measured, before it is put in a report.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    /// Prefill wall time.
+    pub prefill_wall: Duration,
+    /// Prefill compute time.
+    pub prefill_compute: Duration,
+    /// Prefill stall per table.
+    pub prefill_stall_table: Vec<Duration>,
+    /// Prefill stall of each chunk (all tables), in chunk order.
+    pub chunk_stall: Vec<Duration>,
+    /// Decode wall time.
+    pub decode_wall: Duration,
+    /// Decode compute time.
+    pub decode_compute: Duration,
+    /// `step_stall[step][table]`.
+    pub step_stall: Vec<Vec<Duration>>,
+}
+
+/// Runs the prefill of `prompt`, then one decode step per token of
+/// `continuation`, on `schedule` and `compute`.
+pub fn replay(
+    drive: &Drive,
+    schedule: &mut dyn Schedule,
+    compute: &mut dyn Compute,
+    prompt: &[u32],
+    continuation: &[u32],
+) -> Result<Measured> {
+    check_layers(drive, compute)?;
+    let mut measured = Measured {
+        prefill_stall_table: vec![Duration::ZERO; drive.engram_layers.len()],
+        ..Measured::default()
+    };
+    if !prompt.is_empty() {
+        let started = Instant::now();
+        compute.begin_prefill(prompt);
+        let mut run = schedule.prefill(prompt)?;
+        prefill(drive, run.as_mut(), compute, prompt.len(), &mut measured)?;
+        drop(run);
+        measured.prefill_wall = started.elapsed();
+        measured.prefill_compute = compute.take_compute_time();
+    }
+    let started = Instant::now();
+    decode(drive, schedule, compute, continuation, &mut measured)?;
+    measured.decode_wall = started.elapsed();
+    measured.decode_compute = compute.take_compute_time();
+    Ok(measured)
+}
+
+fn check_layers(drive: &Drive, compute: &dyn Compute) -> Result<()> {
+    if drive.ubatch == 0 {
+        return Err(Error::InvalidArgument("--ubatch must be at least 1".into()));
+    }
+    let layers = compute.layers();
+    match drive.engram_layers.iter().find(|&&l| l >= layers) {
+        Some(layer) => Err(Error::InvalidArgument(format!(
+            "the model's Engram layer {layer} does not exist in a compute model of {layers} layers"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Runs every (layer, chunk) pair in the sweep's order, waiting for a
+/// table's rows of the chunk right before its layer.
+fn prefill(
+    drive: &Drive,
+    run: &mut dyn PrefillRun,
+    compute: &mut dyn Compute,
+    tokens: usize,
+    measured: &mut Measured,
+) -> Result<()> {
+    let chunks: Vec<(usize, usize)> = (0..tokens)
+        .step_by(drive.ubatch)
+        .map(|start| (start, (start + drive.ubatch).min(tokens)))
+        .collect();
+    measured.chunk_stall = vec![Duration::ZERO; chunks.len()];
+    let layers = compute.layers();
+    let pairs: Vec<(u32, usize)> = match drive.sweep {
+        Sweep::Layer => (0..layers)
+            .flat_map(|l| (0..chunks.len()).map(move |c| (l, c)))
+            .collect(),
+        Sweep::Chunk => (0..chunks.len())
+            .flat_map(|c| (0..layers).map(move |l| (l, c)))
+            .collect(),
+    };
+    let mut rows = compute.wants_rows().then(Vec::new);
+    for (layer, c) in pairs {
+        let (start, end) = chunks[c];
+        run.layer_start(layer, start as u32)?;
+        let engram = drive.engram_layers.iter().position(|&l| l == layer);
+        if let Some(table) = engram {
+            let stall = run.wait(table, end as u32, rows.as_mut())?;
+            measured.prefill_stall_table[table] += stall;
+            measured.chunk_stall[c] += stall;
+        }
+        let given = engram.and(rows.as_deref());
+        compute.prefill_layer(layer, start..end, given);
+    }
+    Ok(())
+}
+
+/// One step per token: begin (reads issued), hints, then the layers with a
+/// wait at each Engram layer. The schedule only ever sees tokens already
+/// decoded; a draft hint stands for what an MTP head would have guessed.
+fn decode(
+    drive: &Drive,
+    schedule: &mut dyn Schedule,
+    compute: &mut dyn Compute,
+    continuation: &[u32],
+    measured: &mut Measured,
+) -> Result<()> {
+    let tables = drive.engram_layers.len();
+    let mut drafter = match drive.hints {
+        HintMode::Draft(p) => Some(Drafter::new(drive.seed, p, drive.vocab)),
+        _ => None,
+    };
+    let mut rows = compute.wants_rows().then(Vec::new);
+    for (i, &token) in continuation.iter().enumerate() {
+        let mut stall = vec![Duration::ZERO; tables];
+        compute.begin_step(token);
+        schedule.step_begin(token, &mut stall)?;
+        if let (Some(drafter), Some(&next)) = (drafter.as_mut(), continuation.get(i + 1)) {
+            schedule.hint(&[drafter.guess(next)])?;
+        }
+        for layer in 0..compute.layers() {
+            let engram = drive.engram_layers.iter().position(|&l| l == layer);
+            if let Some(table) = engram {
+                stall[table] += schedule.step_wait(table, rows.as_mut())?;
+            }
+            compute.step_layer(layer, engram.and(rows.as_deref()));
+        }
+        measured.step_stall.push(stall);
+    }
+    Ok(())
+}
