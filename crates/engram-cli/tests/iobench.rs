@@ -1,44 +1,19 @@
 //! `engram iobench` end to end on a small synthetic model.
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::OnceLock;
 
-fn engram(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_engram"))
-        .args(args)
-        .output()
-        .expect("running engram")
-}
+mod support;
+use support::{engram, synth_model};
 
 /// One small model shared by the tests of this file (built once).
 fn shared_model() -> &'static str {
     static MODEL: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
     let (_, path) = MODEL.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let path = small_model(dir.path());
+        let path = synth_model(dir.path(), 16000);
         (dir, path)
     });
     path
-}
-
-fn small_model(dir: &Path) -> String {
-    let out = dir.join("m");
-    let o = engram(&[
-        "synth",
-        "--preset",
-        "deepseek-v4.1-flash",
-        "--scale",
-        "16000",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(
-        o.status.success(),
-        "synth: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out.join("model.gguf").to_string_lossy().into_owned()
 }
 
 #[test]

@@ -191,3 +191,199 @@ fn decode(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ops::Range;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::schedule::IoCounters;
+
+    /// What the fakes saw, in order.
+    type Log = Arc<Mutex<Vec<String>>>;
+
+    struct FakeSchedule(Log);
+    struct FakePrefill(Log);
+    struct FakeCompute {
+        log: Log,
+        layers: u32,
+    }
+
+    impl Schedule for FakeSchedule {
+        fn name(&self) -> &'static str {
+            "fake"
+        }
+        fn prefill<'a>(&'a mut self, tokens: &[u32]) -> Result<Box<dyn PrefillRun + 'a>> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("prefill {}", tokens.len()));
+            Ok(Box::new(FakePrefill(self.0.clone())))
+        }
+        fn step_begin(&mut self, token: u32, stall: &mut [Duration]) -> Result<()> {
+            self.0.lock().unwrap().push(format!("begin {token}"));
+            stall[1] += Duration::from_micros(5);
+            Ok(())
+        }
+        fn step_wait(&mut self, table: usize, rows: Option<&mut Vec<f32>>) -> Result<Duration> {
+            assert!(rows.is_none());
+            self.0.lock().unwrap().push(format!("step_wait {table}"));
+            Ok(Duration::from_micros(10 * (table as u64 + 1)))
+        }
+        fn hint(&mut self, tokens: &[u32]) -> Result<()> {
+            self.0.lock().unwrap().push(format!("hint {tokens:?}"));
+            Ok(())
+        }
+        fn io(&mut self) -> IoCounters {
+            IoCounters::default()
+        }
+    }
+
+    impl PrefillRun for FakePrefill {
+        fn layer_start(&mut self, _layer: u32, _start: u32) -> Result<()> {
+            Ok(())
+        }
+        fn wait(
+            &mut self,
+            table: usize,
+            upto: u32,
+            _rows: Option<&mut Vec<f32>>,
+        ) -> Result<Duration> {
+            self.0.lock().unwrap().push(format!("wait {table} {upto}"));
+            Ok(Duration::from_millis(u64::from(upto)))
+        }
+    }
+
+    impl Compute for FakeCompute {
+        fn layers(&self) -> u32 {
+            self.layers
+        }
+        fn wants_rows(&self) -> bool {
+            false
+        }
+        fn begin_prefill(&mut self, _tokens: &[u32]) {}
+        fn prefill_layer(&mut self, layer: u32, range: Range<usize>, _rows: Option<&[f32]>) {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("layer {layer} {}..{}", range.start, range.end));
+        }
+        fn begin_step(&mut self, _token: u32) {}
+        fn step_layer(&mut self, layer: u32, _rows: Option<&[f32]>) {
+            self.log.lock().unwrap().push(format!("step_layer {layer}"));
+        }
+        fn take_compute_time(&mut self) -> Duration {
+            Duration::ZERO
+        }
+        fn output_checksum(&self) -> Option<String> {
+            None
+        }
+    }
+
+    fn drive(sweep: Sweep, hints: HintMode) -> Drive {
+        Drive {
+            sweep,
+            ubatch: 4,
+            engram_layers: vec![1, 2],
+            hints,
+            vocab: 100,
+            seed: 3,
+        }
+    }
+
+    fn run(d: &Drive, prompt: &[u32], continuation: &[u32]) -> (Vec<String>, Measured) {
+        let log = Log::default();
+        let mut schedule = FakeSchedule(log.clone());
+        let mut compute = FakeCompute {
+            log: log.clone(),
+            layers: 3,
+        };
+        let m = replay(d, &mut schedule, &mut compute, prompt, continuation).unwrap();
+        let seen = log.lock().unwrap().clone();
+        (seen, m)
+    }
+
+    #[test]
+    fn the_layer_sweep_finishes_a_layer_before_the_next() {
+        let (log, m) = run(&drive(Sweep::Layer, HintMode::None), &[7; 6], &[]);
+        let expected = [
+            "prefill 6",
+            "layer 0 0..4",
+            "layer 0 4..6",
+            "wait 0 4",
+            "layer 1 0..4",
+            "wait 0 6",
+            "layer 1 4..6",
+            "wait 1 4",
+            "layer 2 0..4",
+            "wait 1 6",
+            "layer 2 4..6",
+        ];
+        assert_eq!(log, expected);
+        // Stall per chunk adds both tables' waits on that chunk.
+        assert_eq!(
+            m.chunk_stall,
+            [Duration::from_millis(8), Duration::from_millis(12)]
+        );
+        assert_eq!(m.prefill_stall_table, [Duration::from_millis(10); 2]);
+    }
+
+    #[test]
+    fn the_chunk_sweep_finishes_a_chunk_before_the_next() {
+        let (log, _) = run(&drive(Sweep::Chunk, HintMode::None), &[7; 6], &[]);
+        let expected = [
+            "prefill 6",
+            "layer 0 0..4",
+            "wait 0 4",
+            "layer 1 0..4",
+            "wait 1 4",
+            "layer 2 0..4",
+            "layer 0 4..6",
+            "wait 0 6",
+            "layer 1 4..6",
+            "wait 1 6",
+            "layer 2 4..6",
+        ];
+        assert_eq!(log, expected);
+    }
+
+    #[test]
+    fn decode_waits_at_each_engram_layer_and_hints_only_known_futures() {
+        let (log, m) = run(&drive(Sweep::Layer, HintMode::Draft(1.0)), &[], &[5, 6]);
+        let expected = [
+            "begin 5",
+            "hint [6]",
+            "step_layer 0",
+            "step_wait 0",
+            "step_layer 1",
+            "step_wait 1",
+            "step_layer 2",
+            "begin 6",
+            "step_layer 0",
+            "step_wait 0",
+            "step_layer 1",
+            "step_wait 1",
+            "step_layer 2",
+        ];
+        assert_eq!(log, expected);
+        let micros = Duration::from_micros;
+        assert_eq!(m.step_stall, vec![vec![micros(10), micros(25)]; 2]);
+    }
+
+    #[test]
+    fn an_engram_layer_beyond_the_compute_is_an_error() {
+        let mut d = drive(Sweep::Layer, HintMode::None);
+        d.engram_layers = vec![1, 3];
+        let log = Log::default();
+        let err = replay(
+            &d,
+            &mut FakeSchedule(log.clone()),
+            &mut FakeCompute { log, layers: 3 },
+            &[1],
+            &[],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("Engram layer 3"), "{err}");
+    }
+}

@@ -46,10 +46,8 @@ pub struct ScheduleReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_checksum: Option<String>,
     /// Prefill stall of each chunk of the sweep, seconds (both tables).
-    #[serde(skip_serializing)]
     pub chunk_stall_seconds: Vec<f64>,
     /// Decode stall of each step, microseconds (both tables).
-    #[serde(skip_serializing)]
     pub step_stall_us: Vec<f64>,
 }
 

@@ -146,6 +146,9 @@ impl Compute for GpuCompute {
     }
 
     fn take_compute_time(&mut self) -> Duration {
+        // A phase ends here: the next one starts its own timeline, so the
+        // last sleep's overshoot is not taken back from the next phase.
+        self.last = None;
         std::mem::take(&mut self.spent)
     }
 

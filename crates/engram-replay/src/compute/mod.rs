@@ -42,7 +42,8 @@ pub trait Compute: Send {
     fn step_layer(&mut self, layer: u32, rows: Option<&[f32]>);
 
     /// Compute time spent so far (measured, including any sleep overshoot),
-    /// and resets the counter: the replay reads it once per phase.
+    /// and resets the counter: the replay reads it once at the end of each
+    /// phase (prefill, decode).
     fn take_compute_time(&mut self) -> Duration;
 
     /// A digest of the final hidden states, for models that compute some.
