@@ -1,0 +1,403 @@
+//! The pieces of the CPU transformer: a deterministic weight generator, dense
+//! matrices, and one layer (Engram block, attention, MLP) run one position
+//! at a time.
+//!
+//! Every reduction sums in a fixed order that depends only on the vector
+//! length, never on how the positions were grouped into calls, so a position
+//! gets the same bits whatever chunking or sweep order the driver uses.
+
+use engram::codec::ROW_DIM;
+
+/// Weights a matrix belongs to, for [`Rng::stream`]: each matrix draws from
+/// its own stream, so when (or whether) another matrix is built does not
+/// change its values.
+#[derive(Clone, Copy)]
+pub(super) enum Stream {
+    Embedding = 1,
+    Query,
+    Key,
+    Value,
+    Output,
+    Up,
+    Down,
+    EngramKey,
+    EngramValue,
+    EngramConv,
+}
+
+/// A splitmix64 generator.
+pub(super) struct Rng(u64);
+
+impl Rng {
+    /// The generator of stream `kind` of layer (or token) `index`.
+    pub(super) fn stream(seed: u64, kind: Stream, index: u64) -> Rng {
+        Rng(mix(seed ^ mix(((kind as u64) << 32) ^ mix(index))))
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix(self.0)
+    }
+
+    /// Uniform in [-1, 1): variance 1/3.
+    pub(super) fn uniform(&mut self) -> f32 {
+        // 24 bits fill an f32 mantissa exactly, so the value is exact.
+        (self.next_u64() >> 40) as f32 / (1u32 << 23) as f32 - 1.0
+    }
+
+    /// `count` uniform values times `gain`.
+    pub(super) fn fill(&mut self, count: usize, gain: f32) -> Vec<f32> {
+        (0..count).map(|_| self.uniform() * gain).collect()
+    }
+}
+
+/// The splitmix64 finalizer.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A dense `rows x cols` matrix, row-major.
+pub(super) struct Matrix {
+    cols: usize,
+    w: Vec<f32>,
+}
+
+impl Matrix {
+    /// Random weights whose output has `gain^2` times the input's variance
+    /// (uniform of variance 1/3, scaled by `sqrt(3 / cols)`).
+    pub(super) fn random(rows: usize, cols: usize, gain: f32, mut rng: Rng) -> Matrix {
+        let scale = gain * (3.0 / cols as f32).sqrt();
+        Matrix {
+            cols,
+            w: rng.fill(rows * cols, scale),
+        }
+    }
+
+    /// Input size.
+    pub(super) fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// `out = W x`.
+    pub(super) fn apply(&self, x: &[f32], out: &mut [f32]) {
+        for (o, row) in out.iter_mut().zip(self.w.chunks_exact(self.cols)) {
+            *o = dot(row, x);
+        }
+    }
+}
+
+/// A dot product with eight fixed partial sums: the compiler can vectorize
+/// it, and the order of additions depends only on the length.
+pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail
+}
+
+/// `out = x / rms(x)` (no learned gain: the weights are random anyway).
+pub(super) fn rmsnorm(x: &[f32], out: &mut [f32]) {
+    let scale = 1.0 / (dot(x, x) / x.len() as f32 + 1e-6).sqrt();
+    for (o, v) in out.iter_mut().zip(x) {
+        *o = v * scale;
+    }
+}
+
+/// `h += delta`.
+fn add(h: &mut [f32], delta: &[f32]) {
+    for (a, b) in h.iter_mut().zip(delta) {
+        *a += b;
+    }
+}
+
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// Working buffers of one position, reused across positions and layers.
+pub(super) struct Scratch {
+    normed: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    mixed: Vec<f32>,
+    out: Vec<f32>,
+    inner: Vec<f32>,
+    scores: Vec<f32>,
+    /// `cos, sin` pairs of the rotary embedding of the current position.
+    rope: Vec<(f32, f32)>,
+}
+
+impl Scratch {
+    pub(super) fn new(dim: usize, ffn: usize, head_dim: usize) -> Scratch {
+        Scratch {
+            normed: vec![0.0; dim],
+            q: vec![0.0; dim],
+            k: vec![0.0; dim],
+            v: vec![0.0; dim],
+            mixed: vec![0.0; dim],
+            out: vec![0.0; dim],
+            inner: vec![0.0; ffn],
+            scores: Vec::new(),
+            rope: vec![(1.0, 0.0); head_dim / 2],
+        }
+    }
+
+    /// Rotary angles of `position` (computed in f64: the same bits for the
+    /// same position whenever it is computed).
+    fn set_rope(&mut self, position: usize) {
+        let half = self.rope.len() as f64;
+        for (i, pair) in self.rope.iter_mut().enumerate() {
+            let angle = position as f64 * 10_000f64.powf(-(i as f64) / half);
+            *pair = (angle.cos() as f32, angle.sin() as f32);
+        }
+    }
+
+    /// Rotates each head of `x` by the current position's angles.
+    fn rotate(rope: &[(f32, f32)], x: &mut [f32], head_dim: usize) {
+        let half = rope.len();
+        for head in x.chunks_exact_mut(head_dim) {
+            for (i, &(cos, sin)) in rope.iter().enumerate() {
+                let (a, b) = (head[i], head[i + half]);
+                head[i] = a * cos - b * sin;
+                head[i + half] = a * sin + b * cos;
+            }
+        }
+    }
+}
+
+/// The Engram key and value projections, built once the number of rows per
+/// token is known.
+pub(super) struct EngramProjection {
+    /// Rows of `ROW_DIM` values each token brings.
+    pub(super) rows_per_token: usize,
+    wk: Matrix,
+    wv: Matrix,
+}
+
+/// The Engram block of one layer: projects each token's rows to a key and a
+/// value, gates the value by how well the key matches the hidden state, and
+/// adds a short causal depthwise convolution of the gated values.
+pub(super) struct EngramBlock {
+    /// Table whose rows this block consumes.
+    pub(super) table: usize,
+    /// Built on first use ([`EngramBlock::prepare`]).
+    pub(super) projection: Option<EngramProjection>,
+    seed: u64,
+    layer: u64,
+    /// `[tap][dim]`, tap 0 weighing the current position.
+    taps: Vec<f32>,
+    /// Gated values of every position so far, `[position][dim]`: the
+    /// convolution reads the last `taps` of them, across chunks and steps.
+    history: Vec<f32>,
+}
+
+impl EngramBlock {
+    pub(super) fn new(table: usize, seed: u64, layer: u64, dim: usize, conv: usize) -> Self {
+        let gain = (3.0 / conv as f32).sqrt();
+        EngramBlock {
+            table,
+            projection: None,
+            seed,
+            layer,
+            taps: Rng::stream(seed, Stream::EngramConv, layer).fill(conv * dim, gain),
+            history: Vec::new(),
+        }
+    }
+
+    /// Builds the projections for `rows_per_token` rows per token, or says
+    /// why the count disagrees with the one they were built for.
+    pub(super) fn prepare(&mut self, rows_per_token: usize, dim: usize) -> Result<(), usize> {
+        match &self.projection {
+            Some(p) if p.rows_per_token != rows_per_token => Err(p.rows_per_token),
+            Some(_) => Ok(()),
+            None => {
+                let cols = rows_per_token * ROW_DIM;
+                let rng = |kind| Rng::stream(self.seed, kind, self.layer);
+                self.projection = Some(EngramProjection {
+                    rows_per_token,
+                    wk: Matrix::random(dim, cols, 1.0, rng(Stream::EngramKey)),
+                    wv: Matrix::random(dim, cols, 1.0, rng(Stream::EngramValue)),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Forgets the positions of the previous sequence.
+    fn reset(&mut self) {
+        self.history.clear();
+    }
+
+    /// Adds the block's output for the next position (rows `e`) to `h`.
+    fn forward(&mut self, h: &mut [f32], e: &[f32], s: &mut Scratch) {
+        let Some(p) = &self.projection else { return };
+        let dim = h.len();
+        p.wk.apply(e, &mut s.k);
+        p.wv.apply(e, &mut s.v);
+        rmsnorm(h, &mut s.normed);
+        // `q` is free here: it holds the normalized key.
+        rmsnorm(&s.k, &mut s.q);
+        let gate = 1.0 / (1.0 + (-dot(&s.normed, &s.q) / (dim as f32).sqrt()).exp());
+        self.history.extend(s.v.iter().map(|v| gate * v));
+        // Tap j weighs the position j back; the sequence start has fewer.
+        let positions = self.history.len() / dim;
+        s.out.fill(0.0);
+        for (tap, back) in self.taps.chunks_exact(dim).zip(0..positions) {
+            let at = (positions - 1 - back) * dim;
+            for ((o, w), u) in s.out.iter_mut().zip(tap).zip(&self.history[at..at + dim]) {
+                *o += w * u;
+            }
+        }
+        add(h, &s.out);
+    }
+}
+
+/// One transformer layer with its attention cache.
+pub(super) struct Block {
+    wq: Matrix,
+    wk: Matrix,
+    wv: Matrix,
+    wo: Matrix,
+    up: Matrix,
+    down: Matrix,
+    heads: usize,
+    /// Present at the model's Engram layers.
+    pub(super) engram: Option<EngramBlock>,
+    /// Keys (rotated) and values of every position so far, `[position][dim]`.
+    keys: Vec<f32>,
+    values: Vec<f32>,
+    /// Positions `0..done` have been through this layer.
+    pub(super) done: usize,
+}
+
+impl Block {
+    /// Layer `layer` of a model of `layers` layers. The residual branches
+    /// are scaled by `1/sqrt(2 layers)` so the hidden state stays O(1).
+    pub(super) fn new(
+        seed: u64,
+        layer: u64,
+        layers: u32,
+        dim: usize,
+        ffn: usize,
+        heads: usize,
+    ) -> Block {
+        let rng = |kind| Rng::stream(seed, kind, layer);
+        let branch = 1.0 / (2.0 * layers as f32).sqrt();
+        Block {
+            wq: Matrix::random(dim, dim, 1.0, rng(Stream::Query)),
+            wk: Matrix::random(dim, dim, 1.0, rng(Stream::Key)),
+            wv: Matrix::random(dim, dim, 1.0, rng(Stream::Value)),
+            wo: Matrix::random(dim, dim, branch, rng(Stream::Output)),
+            up: Matrix::random(ffn, dim, 1.0, rng(Stream::Up)),
+            down: Matrix::random(dim, ffn, branch, rng(Stream::Down)),
+            heads,
+            engram: None,
+            keys: Vec::new(),
+            values: Vec::new(),
+            done: 0,
+        }
+    }
+
+    /// Forgets the previous sequence and makes room for `positions`.
+    pub(super) fn reset(&mut self, positions: usize) {
+        let dim = self.wq.cols();
+        for cache in [&mut self.keys, &mut self.values] {
+            cache.clear();
+            cache.reserve(positions * dim);
+        }
+        if let Some(engram) = &mut self.engram {
+            engram.reset();
+        }
+        self.done = 0;
+    }
+
+    /// Runs the next position (`done`) through this layer: its hidden state
+    /// `h` is updated in place, `e` holds its rows at an Engram layer.
+    pub(super) fn forward(&mut self, h: &mut [f32], e: Option<&[f32]>, s: &mut Scratch) {
+        if let (Some(engram), Some(e)) = (&mut self.engram, e) {
+            engram.forward(h, e, s);
+        }
+        self.attention(h, s);
+        self.mlp(h, s);
+        self.done += 1;
+    }
+
+    /// Pre-norm causal self-attention of position `done` over `0..=done`.
+    fn attention(&mut self, h: &mut [f32], s: &mut Scratch) {
+        let dim = h.len();
+        let head_dim = dim / self.heads;
+        rmsnorm(h, &mut s.normed);
+        self.wq.apply(&s.normed, &mut s.q);
+        self.wk.apply(&s.normed, &mut s.k);
+        self.wv.apply(&s.normed, &mut s.v);
+        s.set_rope(self.done);
+        Scratch::rotate(&s.rope, &mut s.q, head_dim);
+        Scratch::rotate(&s.rope, &mut s.k, head_dim);
+        self.keys.extend_from_slice(&s.k);
+        self.values.extend_from_slice(&s.v);
+        for head in 0..self.heads {
+            let lanes = head * head_dim..(head + 1) * head_dim;
+            self.attend_head(lanes, s);
+        }
+        self.wo.apply(&s.mixed, &mut s.out);
+        add(h, &s.out);
+    }
+
+    /// Softmax attention of one head (its `lanes` of the hidden vector),
+    /// summing over positions in order.
+    fn attend_head(&self, lanes: std::ops::Range<usize>, s: &mut Scratch) {
+        let dim = s.q.len();
+        let scale = 1.0 / (lanes.len() as f32).sqrt();
+        let q = &s.q[lanes.clone()];
+        s.scores.clear();
+        s.scores.extend(
+            self.keys
+                .chunks_exact(dim)
+                .map(|k| dot(q, &k[lanes.clone()]) * scale),
+        );
+        let max = s.scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let out = &mut s.mixed[lanes.clone()];
+        out.fill(0.0);
+        let mut total = 0.0;
+        for (score, v) in s.scores.iter().zip(self.values.chunks_exact(dim)) {
+            let weight = (score - max).exp();
+            total += weight;
+            for (o, x) in out.iter_mut().zip(&v[lanes.clone()]) {
+                *o += weight * x;
+            }
+        }
+        for o in out {
+            *o /= total;
+        }
+    }
+
+    /// Pre-norm MLP with a SiLU.
+    fn mlp(&self, h: &mut [f32], s: &mut Scratch) {
+        rmsnorm(h, &mut s.normed);
+        self.up.apply(&s.normed, &mut s.inner);
+        for x in &mut s.inner {
+            *x = silu(*x);
+        }
+        self.down.apply(&s.inner, &mut s.out);
+        add(h, &s.out);
+    }
+}
+
+/// The embedding of `token`: unit-variance values drawn from the token id,
+/// so any `u32` has one without a table.
+pub(super) fn embed(seed: u64, token: u32, dim: usize) -> Vec<f32> {
+    Rng::stream(seed, Stream::Embedding, u64::from(token)).fill(dim, 3f32.sqrt())
+}
