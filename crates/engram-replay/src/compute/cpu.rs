@@ -186,33 +186,28 @@ impl CpuCompute {
         if self.error.is_some() {
             return;
         }
-        let per_token = match self.prepare(layer, &range, rows) {
-            Ok(per_token) => per_token,
-            Err(why) => {
-                self.error = Some(why);
-                return;
-            }
-        };
+        if let Err(why) = self.check_order(layer, &range) {
+            self.error = Some(why);
+            return;
+        }
+        if range.is_empty() {
+            // Nothing runs; rows (if any) are not looked at.
+            return;
+        }
+        if let Err(why) = self.prepare_rows(layer, &range, rows) {
+            self.error = Some(why);
+            return;
+        }
         let start = Instant::now();
         let dim = self.shape.dim;
-        let block = &mut self.blocks[layer as usize];
         let hidden = &mut self.hidden[range.start * dim..range.end * dim];
-        for (i, h) in hidden.chunks_exact_mut(dim).enumerate() {
-            let e = rows.map(|r| &r[i * per_token..(i + 1) * per_token]);
-            block.forward(h, e, &mut self.scratch);
-        }
+        self.blocks[layer as usize].forward(hidden, rows, &mut self.scratch);
         self.spent += start.elapsed();
     }
 
-    /// Checks that `layer` may run over `range` with `rows` now, builds the
-    /// Engram projections if this is their first use, and returns the
-    /// values per token of `rows` (0 at a layer without Engram).
-    fn prepare(
-        &mut self,
-        layer: u32,
-        range: &Range<usize>,
-        rows: Option<&[f32]>,
-    ) -> Result<usize, String> {
+    /// Checks that `layer` exists and that `range` is its next positions,
+    /// which the layer below has already run over.
+    fn check_order(&self, layer: u32, range: &Range<usize>) -> Result<(), String> {
         let positions = self.positions();
         let index = layer as usize;
         let Some(block) = self.blocks.get(index) else {
@@ -225,19 +220,28 @@ impl CpuCompute {
                 block.done
             ));
         }
-        if let Some(below) = index.checked_sub(1).map(|i| self.blocks[i].done) {
-            if below < range.end {
-                return Err(format!(
-                    "layer {layer} ran over positions {range:?} before layer {} reached {}",
-                    index - 1,
-                    range.end
-                ));
-            }
+        match index.checked_sub(1).map(|i| self.blocks[i].done) {
+            Some(below) if below < range.end => Err(format!(
+                "layer {layer} ran over positions {range:?} before layer {} reached {}",
+                index - 1,
+                range.end
+            )),
+            _ => Ok(()),
         }
+    }
+
+    /// Checks that `rows` are there exactly at Engram layers, with a whole
+    /// number of rows per token of the non-empty `range`, and builds the
+    /// Engram projections on their first use.
+    fn prepare_rows(
+        &mut self,
+        layer: u32,
+        range: &Range<usize>,
+        rows: Option<&[f32]>,
+    ) -> Result<(), String> {
         let dim = self.shape.dim;
-        let block = &mut self.blocks[index];
-        match (&mut block.engram, rows) {
-            (None, None) => Ok(0),
+        match (&mut self.blocks[layer as usize].engram, rows) {
+            (None, None) => Ok(()),
             (None, Some(_)) => Err(format!(
                 "unexpected-rows: layer {layer} got rows but is not an Engram layer"
             )),
@@ -247,31 +251,26 @@ impl CpuCompute {
                 engram.table
             )),
             (Some(engram), Some(rows)) => {
-                let per_token = rows_per_token(rows.len(), range.len()).map_err(|why| {
+                let bad = |why: String| {
                     format!("bad-rows: Engram layer {layer}, positions {range:?}: {why}")
-                })?;
-                engram.prepare(per_token, dim).map_err(|before| {
-                    format!(
-                        "bad-rows: Engram layer {layer}, positions {range:?}: {per_token} rows \
-                         per token, {before} before"
-                    )
-                })?;
-                Ok(per_token * ROW_DIM)
+                };
+                let per_token = rows_per_token(rows.len(), range.len()).map_err(bad)?;
+                engram
+                    .prepare(per_token, dim)
+                    .map_err(|before| bad(format!("{per_token} rows per token, {before} before")))
             }
         }
     }
 }
 
-/// Rows per token of `values` f32 over `tokens` tokens, if whole.
+/// Rows per token of `values` f32 over `tokens` (at least one) tokens, if
+/// whole.
 fn rows_per_token(values: usize, tokens: usize) -> Result<usize, String> {
     let row_values = tokens * ROW_DIM;
-    if tokens == 0 {
-        // An empty range runs nothing; its rows are not looked at.
-        return Ok(0);
-    }
     if values == 0 || values % row_values != 0 {
         return Err(format!(
-            "{values} values are not a whole number of {ROW_DIM}-value rows for each of {tokens} tokens"
+            "{values} values are not a whole number of {ROW_DIM}-value rows for each of \
+             {tokens} tokens"
         ));
     }
     Ok(values / row_values)
@@ -647,6 +646,13 @@ mod tests {
             cpu.prefill_layer(1, 0..8, Some(&rows[1..]));
         });
         assert!(short.starts_with("bad-rows"), "{short}");
+        let changed = mistake(|cpu, case| {
+            cpu.prefill_layer(0, 0..8, None);
+            let rows = case.rows_at(1, 0..8).unwrap();
+            cpu.prefill_layer(1, 0..4, Some(&rows[..4 * 3 * ROW_DIM]));
+            cpu.prefill_layer(1, 4..8, Some(&rows[..4 * 2 * ROW_DIM]));
+        });
+        assert!(changed.ends_with("2 rows per token, 3 before"), "{changed}");
         let unexpected = mistake(|cpu, case| cpu.prefill_layer(0, 0..8, case.rows_at(1, 0..8)));
         assert!(unexpected.starts_with("unexpected-rows"), "{unexpected}");
         let skipped = mistake(|cpu, _| cpu.prefill_layer(0, 8..16, None));
@@ -661,6 +667,26 @@ mod tests {
         assert!(
             unfinished.starts_with("begin_step: layer 0"),
             "{unfinished}"
+        );
+    }
+
+    #[test]
+    fn empty_ranges_run_nothing() {
+        let case = Case::tiny();
+        let mut cpu = CpuCompute::new(case.shape.clone(), &case.engram_layers).unwrap();
+        cpu.begin_prefill(&case.prompt);
+        // Rows of an empty range are not looked at (not even their count).
+        cpu.prefill_layer(0, 0..0, None);
+        cpu.prefill_layer(1, 0..0, Some(&[1.0]));
+        for layer in 0..case.shape.layers {
+            cpu.prefill_layer(layer, 0..40, case.rows_at(layer, 0..40));
+            cpu.prefill_layer(layer, 40..40, None);
+        }
+        let mut prefill_only = Case::tiny();
+        prefill_only.decode.clear();
+        assert_eq!(
+            cpu.output_checksum(),
+            Some(prefill_only.checksum(Sweep::Layer, 40))
         );
     }
 

@@ -80,19 +80,34 @@ impl Matrix {
         self.cols
     }
 
-    /// `out = W x`.
-    pub(super) fn apply(&self, x: &[f32], out: &mut [f32]) {
-        for (o, row) in out.iter_mut().zip(self.w.chunks_exact(self.cols)) {
-            *o = dot(row, x);
+    /// `out = W x` for each `cols`-long vector `x` of `xs` in turn (each
+    /// `rows`-long piece of `out`). Tokens go in tiles so a weight row is
+    /// read once per tile, not once per token; each output is the same
+    /// [`dot`] whatever the tiling.
+    pub(super) fn apply(&self, xs: &[f32], out: &mut [f32]) {
+        const TILE: usize = 8;
+        let rows = self.w.len() / self.cols;
+        let tiles = xs.chunks(TILE * self.cols).zip(out.chunks_mut(TILE * rows));
+        for (xs, out) in tiles {
+            for (r, w) in self.w.chunks_exact(self.cols).enumerate() {
+                for (x, o) in xs.chunks_exact(self.cols).zip(out.chunks_exact_mut(rows)) {
+                    o[r] = dot(w, x);
+                }
+            }
         }
     }
 }
 
-/// A dot product with eight fixed partial sums: the compiler can vectorize
-/// it, and the order of additions depends only on the length.
+/// Partial sums of [`dot`]: four SSE (two AVX) registers' worth, enough to
+/// hide the latency of the additions.
+const LANES: usize = 16;
+
+/// A dot product with [`LANES`] fixed partial sums, folded in halves: the
+/// compiler vectorizes it without shuffles, and the order of additions
+/// depends only on the length.
 pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let tail: f32 = ca
         .remainder()
         .iter()
@@ -100,11 +115,18 @@ pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| x * y)
         .sum();
     for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
+        for i in 0..LANES {
             acc[i] += x[i] * y[i];
         }
     }
-    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for i in 0..width {
+            acc[i] += acc[i + width];
+        }
+    }
+    acc[0] + tail
 }
 
 /// `out = x / rms(x)` (no learned gain: the weights are random anyway).
@@ -136,6 +158,9 @@ pub(super) struct Scratch {
     out: Vec<f32>,
     inner: Vec<f32>,
     scores: Vec<f32>,
+    /// Engram keys and values of the positions of the current call.
+    engram_keys: Vec<f32>,
+    engram_values: Vec<f32>,
     /// `cos, sin` pairs of the rotary embedding of the current position.
     rope: Vec<(f32, f32)>,
 }
@@ -151,6 +176,8 @@ impl Scratch {
             out: vec![0.0; dim],
             inner: vec![0.0; ffn],
             scores: Vec::new(),
+            engram_keys: Vec::new(),
+            engram_values: Vec::new(),
             rope: vec![(1.0, 0.0); head_dim / 2],
         }
     }
@@ -241,17 +268,34 @@ impl EngramBlock {
         self.history.clear();
     }
 
-    /// Adds the block's output for the next position (rows `e`) to `h`.
-    fn forward(&mut self, h: &mut [f32], e: &[f32], s: &mut Scratch) {
-        let Some(p) = &self.projection else { return };
+    /// Projects the rows of each token of `rows` to its key and value, or
+    /// returns `false` if the projections are not built.
+    fn project(
+        &self,
+        rows: &[f32],
+        keys: &mut Vec<f32>,
+        values: &mut Vec<f32>,
+        dim: usize,
+    ) -> bool {
+        let Some(p) = &self.projection else {
+            return false;
+        };
+        let tokens = rows.len() / p.wk.cols();
+        for (w, out) in [(&p.wk, &mut *keys), (&p.wv, &mut *values)] {
+            out.resize(tokens * dim, 0.0);
+            w.apply(rows, out);
+        }
+        true
+    }
+
+    /// Adds the block's output for the next position (projected rows
+    /// `key`, `value`) to `h`.
+    fn forward(&mut self, h: &mut [f32], key: &[f32], value: &[f32], s: &mut Scratch) {
         let dim = h.len();
-        p.wk.apply(e, &mut s.k);
-        p.wv.apply(e, &mut s.v);
         rmsnorm(h, &mut s.normed);
-        // `q` is free here: it holds the normalized key.
-        rmsnorm(&s.k, &mut s.q);
-        let gate = 1.0 / (1.0 + (-dot(&s.normed, &s.q) / (dim as f32).sqrt()).exp());
-        self.history.extend(s.v.iter().map(|v| gate * v));
+        rmsnorm(key, &mut s.k);
+        let gate = 1.0 / (1.0 + (-dot(&s.normed, &s.k) / (dim as f32).sqrt()).exp());
+        self.history.extend(value.iter().map(|v| gate * v));
         // Tap j weighs the position j back; the sequence start has fewer.
         let positions = self.history.len() / dim;
         s.out.fill(0.0);
@@ -276,9 +320,10 @@ pub(super) struct Block {
     heads: usize,
     /// Present at the model's Engram layers.
     pub(super) engram: Option<EngramBlock>,
-    /// Keys (rotated) and values of every position so far, `[position][dim]`.
-    keys: Vec<f32>,
-    values: Vec<f32>,
+    /// Keys (rotated) and values of every position so far, per head
+    /// (`[head][position][head_dim]`: a head's scan reads memory in order).
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
     /// Positions `0..done` have been through this layer.
     pub(super) done: usize,
 }
@@ -305,18 +350,18 @@ impl Block {
             down: Matrix::random(dim, ffn, branch, rng(Stream::Down)),
             heads,
             engram: None,
-            keys: Vec::new(),
-            values: Vec::new(),
+            keys: vec![Vec::new(); heads],
+            values: vec![Vec::new(); heads],
             done: 0,
         }
     }
 
     /// Forgets the previous sequence and makes room for `positions`.
     pub(super) fn reset(&mut self, positions: usize) {
-        let dim = self.wq.cols();
-        for cache in [&mut self.keys, &mut self.values] {
+        let head_dim = self.wq.cols() / self.heads;
+        for cache in self.keys.iter_mut().chain(&mut self.values) {
             cache.clear();
-            cache.reserve(positions * dim);
+            cache.reserve(positions * head_dim);
         }
         if let Some(engram) = &mut self.engram {
             engram.reset();
@@ -324,15 +369,29 @@ impl Block {
         self.done = 0;
     }
 
-    /// Runs the next position (`done`) through this layer: its hidden state
-    /// `h` is updated in place, `e` holds its rows at an Engram layer.
-    pub(super) fn forward(&mut self, h: &mut [f32], e: Option<&[f32]>, s: &mut Scratch) {
-        if let (Some(engram), Some(e)) = (&mut self.engram, e) {
-            engram.forward(h, e, s);
+    /// Runs the next positions (`done..`) through this layer: `hidden` holds
+    /// their states, updated in place, and `rows` their rows at an Engram
+    /// layer (`rows_per_token * ROW_DIM` values per position).
+    pub(super) fn forward(&mut self, hidden: &mut [f32], rows: Option<&[f32]>, s: &mut Scratch) {
+        let dim = self.wq.cols();
+        // Taken out of `s` for the loop, which lends `s` to each position.
+        let mut keys = std::mem::take(&mut s.engram_keys);
+        let mut values = std::mem::take(&mut s.engram_values);
+        let projected = match (&self.engram, rows) {
+            (Some(engram), Some(rows)) => engram.project(rows, &mut keys, &mut values, dim),
+            _ => false,
+        };
+        for (i, h) in hidden.chunks_exact_mut(dim).enumerate() {
+            if let Some(engram) = self.engram.as_mut().filter(|_| projected) {
+                let at = i * dim..(i + 1) * dim;
+                engram.forward(h, &keys[at.clone()], &values[at], s);
+            }
+            self.attention(h, s);
+            self.mlp(h, s);
+            self.done += 1;
         }
-        self.attention(h, s);
-        self.mlp(h, s);
-        self.done += 1;
+        s.engram_keys = keys;
+        s.engram_values = values;
     }
 
     /// Pre-norm causal self-attention of position `done` over `0..=done`.
@@ -346,36 +405,35 @@ impl Block {
         s.set_rope(self.done);
         Scratch::rotate(&s.rope, &mut s.q, head_dim);
         Scratch::rotate(&s.rope, &mut s.k, head_dim);
-        self.keys.extend_from_slice(&s.k);
-        self.values.extend_from_slice(&s.v);
         for head in 0..self.heads {
             let lanes = head * head_dim..(head + 1) * head_dim;
-            self.attend_head(lanes, s);
+            self.keys[head].extend_from_slice(&s.k[lanes.clone()]);
+            self.values[head].extend_from_slice(&s.v[lanes.clone()]);
+            self.attend_head(head, lanes, s);
         }
         self.wo.apply(&s.mixed, &mut s.out);
         add(h, &s.out);
     }
 
-    /// Softmax attention of one head (its `lanes` of the hidden vector),
+    /// Softmax attention of `head` (its `lanes` of the hidden vector),
     /// summing over positions in order.
-    fn attend_head(&self, lanes: std::ops::Range<usize>, s: &mut Scratch) {
-        let dim = s.q.len();
+    fn attend_head(&self, head: usize, lanes: std::ops::Range<usize>, s: &mut Scratch) {
         let scale = 1.0 / (lanes.len() as f32).sqrt();
         let q = &s.q[lanes.clone()];
+        let keys = self.keys[head].chunks_exact(lanes.len());
         s.scores.clear();
-        s.scores.extend(
-            self.keys
-                .chunks_exact(dim)
-                .map(|k| dot(q, &k[lanes.clone()]) * scale),
-        );
+        s.scores.extend(keys.map(|k| dot(q, k) * scale));
         let max = s.scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut total = 0.0;
+        for score in &mut s.scores {
+            *score = (*score - max).exp();
+            total += *score;
+        }
         let out = &mut s.mixed[lanes.clone()];
         out.fill(0.0);
-        let mut total = 0.0;
-        for (score, v) in s.scores.iter().zip(self.values.chunks_exact(dim)) {
-            let weight = (score - max).exp();
-            total += weight;
-            for (o, x) in out.iter_mut().zip(&v[lanes.clone()]) {
+        let values = self.values[head].chunks_exact(lanes.len());
+        for (weight, v) in s.scores.iter().zip(values) {
+            for (o, x) in out.iter_mut().zip(v) {
                 *o += weight * x;
             }
         }
