@@ -144,22 +144,10 @@ impl CpuCompute {
         shape.check().map_err(bad)?;
         check_engram_layers(engram_layers, shape.layers).map_err(bad)?;
         let mut blocks: Vec<Block> = (0..shape.layers)
-            .map(|layer| {
-                let l = u64::from(layer);
-                Block::new(
-                    shape.seed,
-                    l,
-                    shape.layers,
-                    shape.dim,
-                    shape.ffn,
-                    shape.heads,
-                )
-            })
+            .map(|layer| Block::new(&shape, layer))
             .collect();
         for (table, &layer) in engram_layers.iter().enumerate() {
-            let l = u64::from(layer);
-            let engram = EngramBlock::new(table, shape.seed, l, shape.dim, shape.conv);
-            blocks[layer as usize].engram = Some(engram);
+            blocks[layer as usize].engram = Some(EngramBlock::new(&shape, table, layer));
         }
         Ok(CpuCompute {
             scratch: Scratch::new(shape.dim, shape.ffn, shape.dim / shape.heads),

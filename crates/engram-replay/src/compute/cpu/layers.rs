@@ -8,6 +8,8 @@
 
 use engram::codec::ROW_DIM;
 
+use super::CpuShape;
+
 /// Weights a matrix belongs to, for [`Rng::stream`]: each matrix draws from
 /// its own stream, so when (or whether) another matrix is built does not
 /// change its values.
@@ -232,14 +234,17 @@ pub(super) struct EngramBlock {
 }
 
 impl EngramBlock {
-    pub(super) fn new(table: usize, seed: u64, layer: u64, dim: usize, conv: usize) -> Self {
-        let gain = (3.0 / conv as f32).sqrt();
+    /// The block of `layer`, consuming Engram table `table`.
+    pub(super) fn new(shape: &CpuShape, table: usize, layer: u32) -> Self {
+        let layer = u64::from(layer);
+        let gain = (3.0 / shape.conv as f32).sqrt();
+        let mut taps = Rng::stream(shape.seed, Stream::EngramConv, layer);
         EngramBlock {
             table,
             projection: None,
-            seed,
+            seed: shape.seed,
             layer,
-            taps: Rng::stream(seed, Stream::EngramConv, layer).fill(conv * dim, gain),
+            taps: taps.fill(shape.conv * shape.dim, gain),
             history: Vec::new(),
         }
     }
@@ -329,18 +334,12 @@ pub(super) struct Block {
 }
 
 impl Block {
-    /// Layer `layer` of a model of `layers` layers. The residual branches
+    /// Layer `layer` of a model of `shape`. The residual branches
     /// are scaled by `1/sqrt(2 layers)` so the hidden state stays O(1).
-    pub(super) fn new(
-        seed: u64,
-        layer: u64,
-        layers: u32,
-        dim: usize,
-        ffn: usize,
-        heads: usize,
-    ) -> Block {
-        let rng = |kind| Rng::stream(seed, kind, layer);
-        let branch = 1.0 / (2.0 * layers as f32).sqrt();
+    pub(super) fn new(shape: &CpuShape, layer: u32) -> Block {
+        let (dim, ffn, heads) = (shape.dim, shape.ffn, shape.heads);
+        let rng = |kind| Rng::stream(shape.seed, kind, u64::from(layer));
+        let branch = 1.0 / (2.0 * shape.layers as f32).sqrt();
         Block {
             wq: Matrix::random(dim, dim, 1.0, rng(Stream::Query)),
             wk: Matrix::random(dim, dim, 1.0, rng(Stream::Key)),
