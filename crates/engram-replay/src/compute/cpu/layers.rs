@@ -209,9 +209,9 @@ impl Scratch {
 
 /// The Engram key and value projections, built once the number of rows per
 /// token is known.
-pub(super) struct EngramProjection {
+struct EngramProjection {
     /// Rows of `ROW_DIM` values each token brings.
-    pub(super) rows_per_token: usize,
+    rows_per_token: usize,
     wk: Matrix,
     wv: Matrix,
 }
@@ -223,7 +223,7 @@ pub(super) struct EngramBlock {
     /// Table whose rows this block consumes.
     pub(super) table: usize,
     /// Built on first use ([`EngramBlock::prepare`]).
-    pub(super) projection: Option<EngramProjection>,
+    projection: Option<EngramProjection>,
     seed: u64,
     layer: u64,
     /// `[tap][dim]`, tap 0 weighing the current position.
