@@ -267,3 +267,49 @@ fn dropping_a_prefill_midway_returns_promptly() {
         assert!(io.rows_requested < 200_000 * 24, "{io:?}");
     });
 }
+
+/// A rough cold timing of the prefill read path: `DS4_BENCH_MODEL` names
+/// the model, `DS4_BENCH_TOKENS` the prompt length (default 4,096). Each
+/// schedule starts with the model file evicted from the page cache and is
+/// driven as a layer sweep with no compute, so the time is the reads'.
+/// Run: `cargo test --release -p engram-replay --test ds4 -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement on a large model named by DS4_BENCH_MODEL"]
+fn cold_prefill_read_rate() {
+    let path = std::env::var("DS4_BENCH_MODEL").expect("set DS4_BENCH_MODEL to a model file");
+    let tokens: u32 = std::env::var("DS4_BENCH_TOKENS").map_or(4_096, |n| n.parse().unwrap());
+    let model = Model::open(&path).unwrap();
+    let prompt = prompt(tokens as usize);
+    for kind in [ScheduleKind::Ds4, ScheduleKind::Overlap] {
+        for loc in &model.tables {
+            let how = engram::io::cachectl::evict(&std::fs::File::open(&loc.file).unwrap());
+            assert!(how.is_ok(), "evict {}: {how:?}", loc.file.display());
+        }
+        let mut schedule = build(kind, &setup(&model)).unwrap();
+        let started = Instant::now();
+        let mut run = schedule.prefill(&prompt).unwrap();
+        let mut split = Vec::new();
+        for (table, layer) in [(0, 1), (1, 2)] {
+            run.layer_start(layer, 0).unwrap();
+            for upto in (UBATCH..tokens + UBATCH).step_by(UBATCH as usize) {
+                run.wait(table, upto.min(tokens), None).unwrap();
+            }
+            split.push(started.elapsed());
+        }
+        drop(run);
+        let took = started.elapsed();
+        let io = schedule.io();
+        println!(
+            "{}: {tokens} tokens cold: table 0 done {:.2?}, table 1 done {:.2?}; \
+             {} rows requested, {} unique, {} reads, {:.1} MB; {:.0} unique rows/s",
+            kind.name(),
+            split[0],
+            split[1],
+            io.rows_requested,
+            io.rows_unique,
+            io.reads,
+            io.bytes_read as f64 / 1e6,
+            io.rows_unique as f64 / took.as_secs_f64()
+        );
+    }
+}
