@@ -299,6 +299,9 @@ fn cold_prefill_read_rate() {
         drop(run);
         let took = started.elapsed();
         let io = schedule.io();
+        if kind == ScheduleKind::Ds4 {
+            cold_decode_steps(schedule.as_mut(), &model);
+        }
         println!(
             "{}: {tokens} tokens cold: table 0 done {:.2?}, table 1 done {:.2?}; \
              {} rows requested, {} unique, {} reads, {:.1} MB; {:.0} unique rows/s",
@@ -312,4 +315,22 @@ fn cold_prefill_read_rate() {
             io.rows_unique as f64 / took.as_secs_f64()
         );
     }
+}
+
+/// Times 32 ds4 decode steps on an evicted model: each step's synchronous
+/// reads (48 serial preads) are its stall.
+fn cold_decode_steps(schedule: &mut dyn Schedule, model: &Model) {
+    for loc in &model.tables {
+        let _ = engram::io::cachectl::evict(&std::fs::File::open(&loc.file).unwrap());
+    }
+    let mut stall = [Duration::ZERO; 2];
+    let steps = 32;
+    for token in (0..steps).map(|i| 1_000 + i * 37) {
+        schedule.step_begin(token, &mut stall).unwrap();
+    }
+    println!(
+        "ds4 decode cold: {steps} steps, mean read stall per step: table 0 {:.2?}, table 1 {:.2?}",
+        stall[0] / steps,
+        stall[1] / steps
+    );
 }

@@ -60,6 +60,14 @@ use prefill::{Ds4Prefill, PrefillSpec};
 use read::{Counters, Fetched, TableFile};
 
 /// The peer's schedule over one model: a prefill, then decode steps.
+///
+/// Prefill: one reader thread reads table 0 for the whole prompt from
+/// before layer 0, then table 1 from the layer after table 0's, in
+/// 2,048-token chunks deduplicated within the chunk, into one buffer both
+/// tables share; waits sleep-poll (1 ms) a ready counter. Decode: both
+/// tables' rows are read synchronously at [`Schedule::step_begin`], whose
+/// read time is the step's stall. Reads: one `pread` per row, batches of
+/// 256 rows or more on 16 threads created for the batch.
 pub struct Ds4Schedule {
     hasher: Hasher,
     history: History,
