@@ -1,21 +1,127 @@
-//! `ds4`: the peer's published prefill and decode schedule and its read path.
+//! `ds4`: the peer runtime's published Engram schedule and read path,
+//! re-implemented from its description so this project's engine can be
+//! benchmarked against it.
+//!
+//! What is implemented, as the peer does it:
+//! - **Row ids**: all of the prompt's rows are hashed up front; one history
+//!   serves the prefill and then the decode steps.
+//! - **Prefill buffer**: one buffer shared by both tables, sized for the
+//!   whole prompt (`tokens * columns * row bytes`, 24 rows of 264 bytes per
+//!   token for V4.1-Flash: 6.3 KiB per token, 811 MiB at 128K tokens).
+//!   Table 1's rows overwrite table 0's.
+//! - **Reader**: one thread per prefill. It reads table 0 for the whole
+//!   prompt from before layer 0, in 2,048-token chunks; each chunk's row ids
+//!   are deduplicated (within the chunk only), read, scattered to the
+//!   tokens' slots and published through a ready counter. Table 1 starts
+//!   once the forward pass has started the layer after table 0's (layer 2
+//!   for V4.1-Flash), chunk by chunk again.
+//! - **Read path**: one `pread` per row on plain descriptors (no cache
+//!   advice, no direct I/O: the page cache and kernel readahead act as for
+//!   the peer); a batch under 256 unique rows is read serially on the
+//!   calling thread, a larger one by 16 threads created for that batch, each
+//!   taking a contiguous slice of the unique rows, then joined.
+//! - **Prefill wait**: the consumer polls the table's ready counter and
+//!   sleeps 1 ms between polls; the time polling is the reported stall.
+//! - **Decode**: each step's rows of table 0, then of table 1, are read
+//!   synchronously (serial preads, 24 rows per table) before the step's
+//!   work; that read time is the step's stall.
+//!
+//! Where this is an approximation:
+//! - Table 1 may overwrite a token's slots only after the forward pass has
+//!   used its table-0 rows. The consumer does not say when it is done with
+//!   rows, so a wait's table-0 rows count as used at the consumer's next call
+//!   (any `layer_start` or `wait`): the layer that needed them has run by
+//!   then. Table 1's chunk is read once the gate opens, and its rows are
+//!   written and published as far as table 0's rows are used. Under a layer
+//!   sweep that is the peer's schedule exactly (table 1 starts after layer 1
+//!   is done for the whole prompt). Under a chunk sweep (each ubatch through
+//!   all layers) table 1's rows are published ubatch by ubatch instead of
+//!   per 2,048-token chunk, since waiting for a whole chunk's table-0 use
+//!   would deadlock the forward pass.
+//! - The unique rows of a chunk are read into a staging buffer and copied to
+//!   the tokens' slots; decoding to f32 happens in `wait`, outside the
+//!   measured stall, as in the engine schedules.
+//! - Split-scale tables (Hugging Face checkpoints) take a second `pread`
+//!   per row for the scales; the peer reads only packed GGUF rows.
 
-use std::time::Duration;
+mod prefill;
+mod read;
 
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engram::codec::ROW_DIM;
+use engram::hash::{Hasher, History};
 use engram::{Error, Result};
 
 use super::{IoCounters, PrefillRun, Schedule, ScheduleSetup};
+use prefill::{Ds4Prefill, PrefillSpec};
+use read::{Counters, Fetched, TableFile};
 
-/// The peer's schedule.
-pub struct Ds4Schedule {}
+/// The peer's schedule over one model: a prefill, then decode steps.
+///
+/// Prefill: one reader thread reads table 0 for the whole prompt from
+/// before layer 0, then table 1 from the layer after table 0's, in
+/// 2,048-token chunks deduplicated within the chunk, into one buffer both
+/// tables share; waits sleep-poll (1 ms) a ready counter. Decode: both
+/// tables' rows are read synchronously at [`Schedule::step_begin`], whose
+/// read time is the step's stall. Reads: one `pread` per row, batches of
+/// 256 rows or more on 16 threads created for the batch.
+pub struct Ds4Schedule {
+    hasher: Hasher,
+    history: History,
+    tables: Arc<[TableFile; 2]>,
+    io: Arc<Counters>,
+    /// Row ids per token per table.
+    columns: usize,
+    /// The layer whose start lets table 1's prefill reads begin.
+    table1_layer: u32,
+    step: DecodeStep,
+}
+
+/// The current decode step's rows.
+#[derive(Default)]
+struct DecodeStep {
+    /// Row ids, `[table][column]`; empty before the first step.
+    ids: Vec<u32>,
+    /// Raw rows per table, in column order.
+    raw: [Vec<u8>; 2],
+    fetched: Fetched,
+    /// Never set: decode reads run to completion on the forward thread.
+    stop: AtomicBool,
+}
 
 impl Ds4Schedule {
-    /// A fresh run over `setup`'s model.
+    /// A fresh run over `setup`'s model: opens both tables' files.
     pub fn new(setup: &ScheduleSetup<'_>) -> Result<Ds4Schedule> {
-        let _ = setup;
-        Err(Error::InvalidArgument(
-            "the ds4 schedule is not built yet".into(),
-        ))
+        let model = setup.model;
+        let hasher = Hasher::new(&model.layout)?;
+        let tables: [TableFile; 2] = read::open_tables(model)?
+            .try_into()
+            .map_err(|_| Error::InvalidArgument("the ds4 schedule reads two tables".into()))?;
+        Ok(Ds4Schedule {
+            history: hasher.new_history(),
+            columns: hasher.columns(),
+            hasher,
+            tables: Arc::new(tables),
+            io: Arc::new(Counters::default()),
+            table1_layer: model.tables[0].layer_id + 1,
+            step: DecodeStep::default(),
+        })
+    }
+
+    /// Reads the current step's rows of `table` synchronously.
+    fn read_step_table(&mut self, table: usize) -> Result<()> {
+        let step = &mut self.step;
+        let ids = &step.ids[table * self.columns..(table + 1) * self.columns];
+        let file = &self.tables[table];
+        step.fetched.fetch(file, ids, &step.stop, &self.io)?;
+        let raw = &mut step.raw[table];
+        raw.clear();
+        raw.resize(ids.len() * file.width(), 0);
+        step.fetched.scatter(ids, raw);
+        Ok(())
     }
 }
 
@@ -23,19 +129,81 @@ impl Schedule for Ds4Schedule {
     fn name(&self) -> &'static str {
         "ds4"
     }
-    fn prefill<'a>(&'a mut self, _tokens: &[u32]) -> Result<Box<dyn PrefillRun + 'a>> {
-        Err(Error::InvalidArgument("not built".into()))
+
+    fn prefill<'a>(&'a mut self, tokens: &[u32]) -> Result<Box<dyn PrefillRun + 'a>> {
+        let count = u32::try_from(tokens.len()).map_err(|_| {
+            Error::InvalidArgument(format!("a prompt of {} tokens is too long", tokens.len()))
+        })?;
+        let mut ids = Vec::new();
+        self.hasher
+            .hash(&mut self.history, tokens, None, &mut ids)?;
+        let run = Ds4Prefill::start(PrefillSpec {
+            tables: self.tables.clone(),
+            io: self.io.clone(),
+            ids: ids.into(),
+            columns: self.columns,
+            tokens: count,
+            table1_layer: self.table1_layer,
+        })?;
+        Ok(Box::new(run))
     }
-    fn step_begin(&mut self, _token: u32, _stall: &mut [Duration]) -> Result<()> {
+
+    fn step_begin(&mut self, token: u32, stall: &mut [Duration]) -> Result<()> {
+        self.step.ids.clear();
+        let hashed = self
+            .hasher
+            .hash(&mut self.history, &[token], None, &mut self.step.ids);
+        if let Err(error) = hashed {
+            self.step.ids.clear();
+            return Err(error);
+        }
+        for table in 0..2 {
+            let started = Instant::now();
+            let read = self.read_step_table(table);
+            if let Some(slot) = stall.get_mut(table) {
+                *slot += started.elapsed();
+            }
+            if let Err(error) = read {
+                // No rows for this step: a later step_wait must not hand out stale ones.
+                self.step.ids.clear();
+                return Err(error);
+            }
+        }
         Ok(())
     }
-    fn step_wait(&mut self, _table: usize, _rows: Option<&mut Vec<f32>>) -> Result<Duration> {
+
+    fn step_wait(&mut self, table: usize, rows: Option<&mut Vec<f32>>) -> Result<Duration> {
+        if table >= 2 {
+            return Err(Error::InvalidArgument(format!(
+                "table {table} out of range (the ds4 schedule reads 2)"
+            )));
+        }
+        if self.step.ids.is_empty() {
+            return Err(Error::InvalidArgument(
+                "step_wait without a step: call step_begin first".into(),
+            ));
+        }
+        if let Some(rows) = rows {
+            rows.clear();
+            rows.resize(self.columns * ROW_DIM, 0.0);
+            let ids = &self.step.ids[table * self.columns..];
+            self.tables[table]
+                .encoding()
+                .decode_rows(&self.step.raw[table], rows)
+                .map_err(|e| {
+                    let row = ids.get(e.index).map_or(u64::MAX, |&r| u64::from(r));
+                    e.into_error(table, row)
+                })?;
+        }
+        // The rows were read at step_begin; nothing is left to wait for.
         Ok(Duration::ZERO)
     }
+
     fn hint(&mut self, _tokens: &[u32]) -> Result<()> {
         Ok(())
     }
+
     fn io(&mut self) -> IoCounters {
-        IoCounters::default()
+        self.io.snapshot()
     }
 }
