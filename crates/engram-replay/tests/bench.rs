@@ -36,13 +36,16 @@ fn tokens() -> Vec<u32> {
 }
 
 fn bench(schedules: &str, sweep: Sweep, hints: HintMode) -> Report {
+    bench_with("gpu:custom:2,40", schedules, sweep, hints)
+}
+
+fn bench_with(compute: &str, schedules: &str, sweep: Sweep, hints: HintMode) -> Report {
     let dir = tempfile::tempdir().unwrap();
     let (path, model) = small_model(dir.path());
     let tokens = tokens();
     let (prompt, continuation) = tokens.split_at(PREFILL);
     let config = BenchConfig {
-        // 2 us per token-layer in prefill, 40 us per layer in decode.
-        compute: ComputeSpec::parse("gpu:custom:2,40").unwrap(),
+        compute: ComputeSpec::parse(compute).unwrap(),
         sweep,
         ubatch: 128,
         schedules: ScheduleKind::parse_list(schedules).unwrap(),
@@ -60,9 +63,9 @@ fn bench(schedules: &str, sweep: Sweep, hints: HintMode) -> Report {
 }
 
 #[test]
-fn every_engine_schedule_replays_the_whole_prompt_and_decode() {
-    let report = bench("sync,overlap,full", Sweep::Layer, HintMode::Draft(0.79));
-    assert_eq!(report.schedules.len(), 3);
+fn every_schedule_replays_the_whole_prompt_and_decode() {
+    let report = bench("sync,ds4,overlap,full", Sweep::Layer, HintMode::Draft(0.79));
+    assert_eq!(report.schedules.len(), 4);
     let floor = 43.0 * 2e-6 * PREFILL as f64;
     for s in &report.schedules {
         assert_eq!(s.prefill.tokens, PREFILL, "{}", s.name);
@@ -88,6 +91,7 @@ fn every_engine_schedule_replays_the_whole_prompt_and_decode() {
     let demand = ((PREFILL + DECODE) * 48) as u64;
     let by_name = |n: &str| report.schedules.iter().find(|s| s.name == n).unwrap();
     assert_eq!(by_name("sync").io.rows_requested, demand);
+    assert_eq!(by_name("ds4").io.rows_requested, demand);
     assert_eq!(by_name("overlap").io.rows_requested, demand);
     let full = by_name("full");
     assert!(full.io.rows_requested > demand, "draft hints add reads");
@@ -150,4 +154,28 @@ fn a_plot_is_written_whole_or_not_at_all() {
     let missing = dir.path().join("no/such/dir/plot.svg");
     let err = engram_replay::plot::write_svg(&report, &missing).unwrap_err();
     assert!(err.to_string().contains("plot.svg"), "{err}");
+}
+
+#[test]
+fn the_cpu_model_computes_the_same_output_under_every_schedule() {
+    let compute = "cpu:layers=15,dim=16,heads=2,ffn=32,conv=3";
+    for sweep in [Sweep::Layer, Sweep::Chunk] {
+        let report = bench_with(
+            compute,
+            "sync,ds4,overlap,full",
+            sweep,
+            HintMode::Draft(0.5),
+        );
+        let sums: Vec<&str> = report
+            .schedules
+            .iter()
+            .map(|s| {
+                s.output_checksum
+                    .as_deref()
+                    .expect("the cpu model reports a checksum")
+            })
+            .collect();
+        assert!(!sums[0].starts_with("error"), "{}", sums[0]);
+        assert!(sums.iter().all(|s| *s == sums[0]), "{sums:?}");
+    }
 }

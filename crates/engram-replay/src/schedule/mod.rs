@@ -5,7 +5,7 @@
 //!
 //! - `sync`: each table's rows are read right before its layer, on the
 //!   forward thread (the engine with prefetch off).
-//! - `ds4`: the peer's published schedule and read path ([`ds4`]).
+//! - `ds4`: the peer's published schedule and read path ([`Ds4Schedule`]).
 //! - `overlap`: this project's pipeline, without row cache or hints.
 //! - `full`: the pipeline with the session row cache and hints.
 

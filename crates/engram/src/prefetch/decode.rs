@@ -121,14 +121,16 @@ impl StepJob {
             rows.extend_from_slice(&ids[table * cols..(table + 1) * cols]);
         }
         if prefetch {
+            let mut tasks: Vec<Box<dyn Task>> = Vec::with_capacity(self.tables.len());
             for (table, t) in self.tables.iter().enumerate() {
                 t.flight.enter();
-                pool.submit_decode(Box::new(StepTask {
+                tasks.push(Box::new(StepTask {
                     job: self.clone(),
                     table,
                     step,
                 }));
             }
+            pool.submit_decode(tasks);
         }
         Ok(())
     }
