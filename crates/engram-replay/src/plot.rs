@@ -105,6 +105,8 @@ fn panel(
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()?;
     for (i, (name, values)) in series.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
