@@ -333,6 +333,28 @@ impl Sequence {
     /// is) and starts reading their rows: one reader job per table at once,
     /// ahead of the consumer's [`Prefill::wait`]s.
     pub fn prefill(&mut self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Prefill<'_>> {
+        self.begin_prefill(tokens, mask)
+    }
+
+    /// [`Sequence::prefill`] without the borrow of the sequence, for owners
+    /// that cannot express it (the C ABI keeps a prefill handle apart from
+    /// its sequence handle).
+    ///
+    /// Sound because a prefill owns everything its readers touch (its rings,
+    /// row ids and a share of the source, pool and stats): dropping it
+    /// cancels and joins its readers whether or not the sequence is still
+    /// alive. The borrow only keeps the consumer's order, so the caller
+    /// keeps it instead: no step or other prefill on this sequence until the
+    /// prefill is dropped.
+    pub fn prefill_detached(
+        &mut self,
+        tokens: &[u32],
+        mask: Option<&[bool]>,
+    ) -> Result<Prefill<'static>> {
+        self.begin_prefill(tokens, mask)
+    }
+
+    fn begin_prefill<'p>(&mut self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Prefill<'p>> {
         self.check_open()?;
         let mut ids = Vec::new();
         self.shared
@@ -342,7 +364,7 @@ impl Sequence {
         self.start_prefill(tokens.len(), ids)
     }
 
-    fn start_prefill(&mut self, n: usize, ids: Vec<u32>) -> Result<Prefill<'_>> {
+    fn start_prefill<'p>(&mut self, n: usize, ids: Vec<u32>) -> Result<Prefill<'p>> {
         let config = &self.shared.config;
         let tokens = u32::try_from(n)
             .ok()
@@ -486,6 +508,14 @@ impl Sequence {
         self.history.rollback(keep as u64)?;
         self.tokens.truncate(keep);
         Ok(())
+    }
+
+    /// The sequence's stats collector, shared: it outlives the sequence and
+    /// can be read from another thread while the sequence waits. Its
+    /// snapshots leave out the decode step in progress (see
+    /// [`Sequence::stats`]).
+    pub fn stats_recorder(&self) -> Arc<StatsRecorder> {
+        self.stats.clone()
     }
 
     /// Everything measured on this sequence so far (closes the current
