@@ -1,0 +1,385 @@
+//! The engine handle: a model, its row source (and row cache), the reader
+//! pool, and the registry of its sequences' stats.
+
+use std::ffi::{c_char, c_void};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use engram::cache::{CachedSource, RowCache};
+use engram::codec::ROW_DIM;
+use engram::io::{open_source, Backend, RowSource};
+use engram::model::Model;
+use engram::prefetch::{Engine, RowFormat};
+use serde::Serialize;
+
+use crate::handles;
+use crate::options::{self, engram_options, ENGRAM_FORMAT_F32, ENGRAM_FORMAT_RAW};
+use crate::ptr::{c_str, check_out, slice_in, slice_out, write_out};
+use crate::stats::SeqRegistry;
+use crate::status::{call, engram_status, FfiError, FfiResult};
+
+/// An open model and its prefetch engine (opaque). Safe to use from any
+/// number of threads at once.
+#[allow(non_camel_case_types)]
+pub struct engram_engine {
+    _opaque: [u8; 0],
+}
+
+/// Facts about an engine, from `engram_engine_info`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(non_camel_case_types)]
+pub struct engram_info {
+    /// Engram tables (in layer order; table `t` is consumed by one layer).
+    pub tables: u32,
+    /// Rows per token of each table (hash heads times n-gram orders).
+    pub rows_per_token: u32,
+    /// Token ids accepted are `0..vocab_size`.
+    pub vocab_size: u32,
+    /// Values per decoded row (f32 format).
+    pub row_dim: u32,
+    /// Most tokens one prefill wait may cover (`chunk_tokens *
+    /// ring_chunks`); with the pipeline off a wait may cover the whole prompt.
+    pub max_wait_tokens: u32,
+    /// `ENGRAM_FORMAT_*` the waits deliver.
+    pub format: u32,
+    /// `ENGRAM_BACKEND_*` actually used (never AUTO).
+    pub backend: u32,
+    /// 1 when the engine has a row cache.
+    pub cached: u32,
+}
+
+/// One table of an engine, from `engram_table_info`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(non_camel_case_types)]
+pub struct engram_table {
+    /// Rows in the table.
+    pub rows: u64,
+    /// The transformer layer that consumes the table.
+    pub layer_id: u32,
+    /// Bytes of a row as stored (e.g. 264).
+    pub stored_row_bytes: u32,
+    /// Bytes of a row as waits deliver it in the engine's format.
+    pub row_bytes: u32,
+}
+
+pub(crate) struct EngineObj {
+    pub engine: Engine,
+    pub model: Model,
+    backend: Backend,
+    note: Option<String>,
+    cache: Option<Arc<RowCache>>,
+    pub seqs: Arc<SeqRegistry>,
+}
+
+impl EngineObj {
+    fn open(path: PathBuf, options: &engram_options) -> FfiResult<EngineObj> {
+        let (io, config, cache_bytes) = options.configs()?;
+        let model = Model::open(&path)?;
+        let opened = open_source(&model.tables, &io)?;
+        let (source, cache) = if cache_bytes == 0 {
+            (opened.source, None)
+        } else {
+            let row_bytes = (0..opened.source.tables())
+                .map(|t| opened.source.row_bytes(t))
+                .max()
+                .unwrap_or(0);
+            let cache = Arc::new(RowCache::new(cache_bytes, row_bytes));
+            let cached = CachedSource::new(opened.source, cache.clone());
+            (Arc::new(cached) as Arc<dyn RowSource>, Some(cache))
+        };
+        let engine = Engine::for_model(&model, source, config)?;
+        Ok(EngineObj {
+            engine,
+            model,
+            backend: opened.backend,
+            note: opened.note,
+            cache,
+            seqs: Arc::default(),
+        })
+    }
+
+    /// Bytes of one delivered row of `table` in `format`.
+    pub fn row_bytes(&self, table: usize, format: RowFormat) -> usize {
+        match format {
+            RowFormat::Raw => self.engine.source().row_bytes(table),
+            RowFormat::F32 => ROW_DIM * 4,
+        }
+    }
+
+    fn check_table(&self, table: u32) -> FfiResult<usize> {
+        let tables = self.model.tables.len();
+        let t = table as usize;
+        if t >= tables {
+            return Err(FfiError::invalid(format!(
+                "table {table} out of range (the model has {tables})"
+            )));
+        }
+        Ok(t)
+    }
+
+    fn info(&self) -> engram_info {
+        let config = self.engine.config();
+        let layout = self.engine.layout();
+        engram_info {
+            tables: layout.tables.len() as u32,
+            rows_per_token: layout.columns() as u32,
+            vocab_size: layout.vocab_size() as u32,
+            row_dim: ROW_DIM as u32,
+            max_wait_tokens: config.ring_tokens(),
+            format: format_code(config.format),
+            backend: backend_code(self.backend),
+            cached: u32::from(self.cache.is_some()),
+        }
+    }
+
+    fn read_rows(&self, table: usize, ids: &[u32], format: RowFormat, out: &mut [u8]) -> FfiResult {
+        let need = ids.len() * self.row_bytes(table, format);
+        if out.len() < need {
+            return Err(FfiError::new(
+                engram_status::ENGRAM_BUFFER_TOO_SMALL,
+                format!(
+                    "out_len is {} bytes; {} rows need {need}",
+                    out.len(),
+                    ids.len()
+                ),
+            ));
+        }
+        let source = self.engine.source();
+        match format {
+            RowFormat::Raw => {
+                source.read_rows(table, ids, &mut out[..need])?;
+            }
+            RowFormat::F32 => {
+                let encoding = self.model.table(table)?.encoding;
+                let mut raw = vec![0u8; ids.len() * source.row_bytes(table)];
+                source.read_rows(table, ids, &mut raw)?;
+                let mut values = vec![0f32; ids.len() * ROW_DIM];
+                encoding.decode_rows(&raw, &mut values).map_err(|e| {
+                    let row = ids.get(e.index).map_or(u64::MAX, |&r| u64::from(r));
+                    e.into_error(table, row)
+                })?;
+                for (dst, v) in out[..need].chunks_exact_mut(4).zip(values) {
+                    dst.copy_from_slice(&v.to_ne_bytes());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn stats_json(&self) -> String {
+        #[derive(Serialize)]
+        struct Cache {
+            budget_bytes: u64,
+            bytes: u64,
+            rows: usize,
+            hits: u64,
+            misses: u64,
+        }
+        #[derive(Serialize)]
+        struct Report<'a> {
+            source: String,
+            backend: &'static str,
+            backend_note: Option<&'a str>,
+            cache: Option<Cache>,
+            #[serde(flatten)]
+            sequences: crate::stats::SeqsReport,
+        }
+        let report = Report {
+            source: self.engine.source().name(),
+            backend: self.backend.name(),
+            backend_note: self.note.as_deref(),
+            cache: self.cache.as_ref().map(|c| Cache {
+                budget_bytes: c.budget(),
+                bytes: c.bytes(),
+                rows: c.len(),
+                hits: c.hits(),
+                misses: c.misses(),
+            }),
+            sequences: self.seqs.report(),
+        };
+        serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}
+
+pub(crate) fn format_code(format: RowFormat) -> u32 {
+    match format {
+        RowFormat::Raw => ENGRAM_FORMAT_RAW,
+        RowFormat::F32 => ENGRAM_FORMAT_F32,
+    }
+}
+
+fn backend_code(backend: Backend) -> u32 {
+    use crate::options::*;
+    match backend {
+        Backend::Auto => ENGRAM_BACKEND_AUTO,
+        Backend::Psync => ENGRAM_BACKEND_PSYNC,
+        Backend::Uring => ENGRAM_BACKEND_URING,
+        Backend::Mmap => ENGRAM_BACKEND_MMAP,
+    }
+}
+
+#[cfg(unix)]
+fn path_of(path: &std::ffi::CStr) -> FfiResult<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    Ok(PathBuf::from(std::ffi::OsStr::from_bytes(path.to_bytes())))
+}
+
+#[cfg(not(unix))]
+fn path_of(path: &std::ffi::CStr) -> FfiResult<PathBuf> {
+    path.to_str()
+        .map(PathBuf::from)
+        .map_err(|_| FfiError::invalid("path is not UTF-8"))
+}
+
+/// A share of the engine behind `engine`.
+pub(crate) fn engine_of(engine: *mut engram_engine) -> FfiResult<Arc<EngineObj>> {
+    handles::get(engine.addr())
+}
+
+/// Opens the model at `path` (a ds4 `.gguf` file or a Hugging Face
+/// checkpoint directory) and starts an engine on it. `options` may be NULL
+/// for the defaults. On success `*engine` is the new handle; on failure it
+/// is set to NULL.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `options` is NULL or points
+/// at `options->struct_size` readable bytes; `engine` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn engram_open(
+    path: *const c_char,
+    options: *const engram_options,
+    engine: *mut *mut engram_engine,
+) -> engram_status {
+    call("engram_open", || {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { handles::clear_out(engine, "engine") }?;
+        // SAFETY: forwarded from the caller's contract.
+        let path = path_of(unsafe { c_str(path, "path") }?)?;
+        let options = if options.is_null() {
+            engram_options::defaults()
+        } else {
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { engram_options::read(options) }?
+        };
+        let obj = Arc::new(EngineObj::open(path, &options)?);
+        let handle = handles::fresh();
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { handles::hand_out(engine, "engine", handle, obj) }
+    })
+}
+
+/// Closes an engine. NULL is accepted and does nothing; a handle already
+/// closed is refused with `ENGRAM_INVALID_HANDLE`. The reader threads stop
+/// and are joined; sequences still open stay valid handles whose calls
+/// return `ENGRAM_CANCELLED` and must still be freed. Rows handed out by
+/// waits on those sequences stay readable until the sequence (or prefill)
+/// is freed.
+///
+/// # Safety
+/// None: the handle is looked up, not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn engram_close(engine: *mut engram_engine) -> engram_status {
+    call("engram_close", || {
+        if engine.is_null() {
+            return Ok(());
+        }
+        let obj: Arc<EngineObj> = handles::remove(engine.addr())?;
+        drop(obj); // joins the readers unless another thread is mid-call
+        Ok(())
+    })
+}
+
+/// Fills `*info` with facts about the engine.
+///
+/// # Safety
+/// `info` is NULL or points at a writable `engram_info`.
+#[no_mangle]
+pub unsafe extern "C" fn engram_engine_info(
+    engine: *mut engram_engine,
+    info: *mut engram_info,
+) -> engram_status {
+    call("engram_engine_info", || {
+        let obj = engine_of(engine)?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { write_out(info, "info", obj.info()) }
+    })
+}
+
+/// Fills `*out` with facts about table `table` of the engine.
+///
+/// # Safety
+/// `out` is NULL or points at a writable `engram_table`.
+#[no_mangle]
+pub unsafe extern "C" fn engram_table_info(
+    engine: *mut engram_engine,
+    table: u32,
+    out: *mut engram_table,
+) -> engram_status {
+    call("engram_table_info", || {
+        let obj = engine_of(engine)?;
+        let t = obj.check_table(table)?;
+        let loc = &obj.model.tables[t];
+        let facts = engram_table {
+            rows: loc.rows,
+            layer_id: loc.layer_id,
+            stored_row_bytes: obj.engine.source().row_bytes(t) as u32,
+            row_bytes: obj.row_bytes(t, obj.engine.config().format) as u32,
+        };
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { write_out(out, "out", facts) }
+    })
+}
+
+/// Reads rows `ids[0..n]` of `table` synchronously into `out` (row `i` at
+/// `i * row_bytes`), in `format` (`ENGRAM_FORMAT_RAW` or
+/// `ENGRAM_FORMAT_F32`, whatever the engine's format). For checks and
+/// tools: it does not go through the prefetch schedule. `out_len` must be
+/// at least `n * row_bytes` (`ENGRAM_BUFFER_TOO_SMALL` otherwise). A row id
+/// outside the table is `ENGRAM_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `ids` is NULL or points at `n` readable ids; `out` is NULL or points at
+/// `out_len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn engram_rows_read(
+    engine: *mut engram_engine,
+    table: u32,
+    ids: *const u32,
+    n: usize,
+    format: u32,
+    out: *mut c_void,
+    out_len: usize,
+) -> engram_status {
+    call("engram_rows_read", || {
+        let obj = engine_of(engine)?;
+        let t = obj.check_table(table)?;
+        let format = options::format(format, "format")?;
+        // SAFETY: forwarded from the caller's contract.
+        let ids = unsafe { slice_in(ids, n, "ids") }?;
+        // SAFETY: forwarded from the caller's contract.
+        let out = unsafe { slice_out(out.cast::<u8>(), out_len, "out") }?;
+        obj.read_rows(t, ids, format, out)
+    })
+}
+
+/// Sets `*json` to a JSON document of the engine's stats: backend, row
+/// cache, totals over all its sequences (open and freed) per phase and
+/// table, and each open sequence's full stats plus the last few freed
+/// ones'. Free it with `engram_string_free`.
+///
+/// # Safety
+/// `json` is NULL or points at a writable `char *`.
+#[no_mangle]
+pub unsafe extern "C" fn engram_stats_json(
+    engine: *mut engram_engine,
+    json: *mut *mut c_char,
+) -> engram_status {
+    call("engram_stats_json", || {
+        let obj = engine_of(engine)?;
+        check_out(json, "json")?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { crate::text::give(obj.stats_json(), json, "json") }
+    })
+}

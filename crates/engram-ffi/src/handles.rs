@@ -1,0 +1,166 @@
+//! Opaque handles that are never dereferenced.
+//!
+//! A handle the C caller holds is a number (dressed as a pointer to an
+//! incomplete struct) that keys a process-wide table of live objects. Every
+//! call looks its handle up in the table and takes a share (`Arc`) of the
+//! object for the call's duration, so:
+//!
+//! - a freed, ended, foreign or wrong-kind handle is reported
+//!   (`ENGRAM_INVALID_HANDLE`), never dereferenced: double frees and
+//!   use-after-free are detected, not undefined;
+//! - a free racing a call on another thread removes the handle at once but
+//!   the object lives until that call returns;
+//! - handle values are never reused within a process (a 64-bit counter), so
+//!   a stale handle cannot name a newer object.
+//!
+//! The table's lock is held only for the lookup, never across a wait.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use crate::engine::EngineObj;
+use crate::prefill::PrefillObj;
+use crate::ptr::write_out;
+use crate::seq::SeqObj;
+use crate::status::{engram_status, FfiError, FfiResult};
+
+/// A live object behind a handle.
+#[derive(Clone)]
+pub(crate) enum Object {
+    Engine(Arc<EngineObj>),
+    Seq(Arc<SeqObj>),
+    Prefill(Arc<PrefillObj>),
+}
+
+impl Object {
+    fn kind(&self) -> &'static str {
+        match self {
+            Object::Engine(_) => "an engram_engine",
+            Object::Seq(_) => "an engram_seq",
+            Object::Prefill(_) => "an engram_prefill",
+        }
+    }
+}
+
+/// A kind of object handed out through a handle.
+pub(crate) trait Kind: Sized {
+    /// The C type name, for messages.
+    const NAME: &'static str;
+    fn wrap(obj: Arc<Self>) -> Object;
+    fn unwrap(obj: &Object) -> Option<&Arc<Self>>;
+}
+
+macro_rules! kind {
+    ($ty:ty, $variant:ident, $name:literal) => {
+        impl Kind for $ty {
+            const NAME: &'static str = $name;
+            fn wrap(obj: Arc<Self>) -> Object {
+                Object::$variant(obj)
+            }
+            fn unwrap(obj: &Object) -> Option<&Arc<Self>> {
+                match obj {
+                    Object::$variant(o) => Some(o),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+kind!(EngineObj, Engine, "engram_engine");
+kind!(SeqObj, Seq, "engram_seq");
+kind!(PrefillObj, Prefill, "engram_prefill");
+
+fn table() -> MutexGuard<'static, HashMap<usize, Object>> {
+    static TABLE: OnceLock<Mutex<HashMap<usize, Object>>> = OnceLock::new();
+    // The table is consistent after every statement, so a poisoned lock
+    // (a panic elsewhere while it was held) is safe to keep using.
+    TABLE
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// A fresh handle value: never 0, never reused, 16-aligned so it looks like
+/// a pointer to debuggers and sanitizers that print it.
+pub(crate) fn fresh() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0x1000);
+    NEXT.fetch_add(0x10, Ordering::Relaxed)
+}
+
+/// Sets the caller's out-handle to NULL, so it is NULL on every failure.
+///
+/// # Safety
+/// `out` is NULL (reported) or points at a writable handle.
+pub(crate) unsafe fn clear_out<T>(out: *mut *mut T, what: &str) -> FfiResult {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { write_out(out, what, std::ptr::null_mut()) }
+}
+
+/// Registers `obj` under `handle` and writes the handle to the caller's
+/// out-handle (already checked by [`clear_out`]).
+///
+/// # Safety
+/// `out` points at a writable handle.
+pub(crate) unsafe fn hand_out<K: Kind, T>(
+    out: *mut *mut T,
+    what: &str,
+    handle: usize,
+    obj: Arc<K>,
+) -> FfiResult {
+    insert(handle, obj);
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { write_out(out, what, std::ptr::without_provenance_mut(handle)) }
+}
+
+/// Registers `obj` under `handle` (from [`fresh`]; objects that name
+/// their own handle take it before they are built).
+pub(crate) fn insert<K: Kind>(handle: usize, obj: Arc<K>) {
+    table().insert(handle, K::wrap(obj));
+}
+
+fn not_live(handle: usize, name: &str) -> FfiError {
+    FfiError::new(
+        engram_status::ENGRAM_INVALID_HANDLE,
+        format!("{name} handle {handle:#x} is not live (already freed or ended, or never returned by this library)"),
+    )
+}
+
+fn wrong_kind(handle: usize, name: &str, found: &Object) -> FfiError {
+    FfiError::new(
+        engram_status::ENGRAM_INVALID_HANDLE,
+        format!("handle {handle:#x} is {}, not an {name}", found.kind()),
+    )
+}
+
+/// A share of the live object behind `handle`.
+pub(crate) fn get<K: Kind>(handle: usize) -> FfiResult<Arc<K>> {
+    if handle == 0 {
+        return Err(FfiError::new(
+            engram_status::ENGRAM_NULL_POINTER,
+            format!("the {} handle is NULL", K::NAME),
+        ));
+    }
+    let table = table();
+    let obj = table
+        .get(&handle)
+        .ok_or_else(|| not_live(handle, K::NAME))?;
+    K::unwrap(obj)
+        .cloned()
+        .ok_or_else(|| wrong_kind(handle, K::NAME, obj))
+}
+
+/// Removes `handle` from the table and returns its object (the last share
+/// drops it once calls in progress return).
+pub(crate) fn remove<K: Kind>(handle: usize) -> FfiResult<Arc<K>> {
+    let mut table = table();
+    let obj = table
+        .get(&handle)
+        .ok_or_else(|| not_live(handle, K::NAME))?;
+    let found = K::unwrap(obj)
+        .cloned()
+        .ok_or_else(|| wrong_kind(handle, K::NAME, obj))?;
+    table.remove(&handle);
+    Ok(found)
+}

@@ -1,0 +1,204 @@
+//! `engram_options`: how an engine reads and schedules, versioned by size.
+
+use engram::io::{Backend, IoConfig};
+use engram::prefetch::{PrefetchConfig, RowFormat};
+
+use crate::ptr::write_out;
+use crate::status::{call, engram_status, FfiError, FfiResult};
+
+/// `engram_options.backend`: the platform's best (io_uring for direct I/O
+/// on Linux when allowed, else the pread pool).
+pub const ENGRAM_BACKEND_AUTO: u32 = 0;
+/// `engram_options.backend`: a persistent pool of pread threads.
+pub const ENGRAM_BACKEND_PSYNC: u32 = 1;
+/// `engram_options.backend`: io_uring (Linux only).
+pub const ENGRAM_BACKEND_URING: u32 = 2;
+/// `engram_options.backend`: lazy mmap, rows copied out (the baseline).
+pub const ENGRAM_BACKEND_MMAP: u32 = 3;
+
+/// Row format: the bytes as stored (`row_bytes` per row, e.g. 264).
+pub const ENGRAM_FORMAT_RAW: u32 = 0;
+/// Row format: decoded to BF16-rounded f32, 256 native-endian floats per row.
+pub const ENGRAM_FORMAT_F32: u32 = 1;
+
+/// Options of `engram_open`. Fill with
+/// `engram_options_default`, then change fields.
+///
+/// Versioned by `struct_size`: a caller built against a newer header with
+/// more fields is accepted as long as the fields this library does not know
+/// are zero; fields are only ever appended.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct engram_options {
+    /// `sizeof(engram_options)` as the caller compiled it.
+    pub struct_size: u32,
+    /// One of the `ENGRAM_BACKEND_*` values.
+    pub backend: u32,
+    /// 1: bypass the page cache (`O_DIRECT` on Linux, `F_NOCACHE` on macOS).
+    pub direct_io: u32,
+    /// Reads in flight: pread threads or io_uring queue depth (1..=4096).
+    pub io_depth: u32,
+    /// Prefill ring chunk, in tokens (default 2048).
+    pub chunk_tokens: u32,
+    /// Chunks in a table's ring: a wait covers at most
+    /// `chunk_tokens * ring_chunks` tokens (default 4).
+    pub ring_chunks: u32,
+    /// Tokens in a prefill's first read batch (default 128).
+    pub first_chunk_tokens: u32,
+    /// Tokens per later read batch (default 256).
+    pub read_batch_tokens: u32,
+    /// Prompts shorter than this are read at the wait, synchronously
+    /// (default 1024; 0 overlaps every prefill).
+    pub overlap_threshold: u32,
+    /// 1: read ahead of the consumer; 0 reads at the wait (ENGRAM_PREFETCH).
+    pub prefetch: u32,
+    /// 1: chunked prefill pipeline; 0 reads whole tables (ENGRAM_PIPELINE).
+    pub pipeline: u32,
+    /// 1: batched reads; 0 one request per row (ENGRAM_BATCH).
+    pub batch: u32,
+    /// 1: prompt-lookup hints after each decode step (default 0).
+    pub lookup_hints: u32,
+    /// `ENGRAM_FORMAT_RAW` or `ENGRAM_FORMAT_F32`: rows handed out by waits.
+    pub format: u32,
+    /// Reader threads for prefill and hints (default 4).
+    pub workers: u32,
+    /// Reader threads for decode steps only (default 2).
+    pub decode_workers: u32,
+    /// Row cache budget in bytes shared by the engine's sequences; 0: no
+    /// row cache.
+    pub cache_bytes: u64,
+}
+
+/// Largest `struct_size` accepted: a bound on how far past the known fields
+/// the zero check reads.
+const MAX_STRUCT_SIZE: usize = 4096;
+
+impl engram_options {
+    /// The defaults, with the ENGRAM_PREFETCH / ENGRAM_PIPELINE /
+    /// ENGRAM_BATCH environment switches applied.
+    pub(crate) fn defaults() -> engram_options {
+        let io = IoConfig::default();
+        let p = PrefetchConfig::from_env();
+        engram_options {
+            struct_size: std::mem::size_of::<engram_options>() as u32,
+            backend: ENGRAM_BACKEND_AUTO,
+            direct_io: u32::from(io.direct),
+            io_depth: io.depth as u32,
+            chunk_tokens: p.chunk_tokens,
+            ring_chunks: p.ring_chunks,
+            first_chunk_tokens: p.first_chunk_tokens,
+            read_batch_tokens: p.read_batch_tokens,
+            overlap_threshold: p.overlap_threshold,
+            prefetch: u32::from(p.prefetch),
+            pipeline: u32::from(p.pipeline),
+            batch: u32::from(p.batch),
+            lookup_hints: u32::from(p.lookup_hints),
+            format: ENGRAM_FORMAT_RAW,
+            workers: p.workers as u32,
+            decode_workers: p.decode_workers as u32,
+            cache_bytes: 0,
+        }
+    }
+
+    /// Reads the caller's options: checks `struct_size`, copies the known
+    /// fields and checks that unknown trailing fields are zero.
+    ///
+    /// # Safety
+    /// `p` points at `struct_size` readable bytes (its first field).
+    pub(crate) unsafe fn read(p: *const engram_options) -> FfiResult<engram_options> {
+        crate::ptr::check_out(p.cast_mut(), "options")?;
+        // SAFETY: non-NULL and aligned; the first 4 bytes are struct_size.
+        let size = unsafe { p.cast::<u32>().read() } as usize;
+        let known = std::mem::size_of::<engram_options>();
+        if size < known || size > MAX_STRUCT_SIZE {
+            return Err(FfiError::invalid(format!(
+                "options.struct_size is {size}; expected {known} (call engram_options_default first)"
+            )));
+        }
+        // SAFETY: the caller's struct is `size` >= `known` bytes.
+        let tail = unsafe { std::slice::from_raw_parts(p.cast::<u8>().add(known), size - known) };
+        if tail.iter().any(|&b| b != 0) {
+            return Err(FfiError::invalid(format!(
+                "options set fields past byte {known} that this library version does not know"
+            )));
+        }
+        // SAFETY: `known` bytes readable; every field is a plain integer.
+        Ok(unsafe { p.read() })
+    }
+
+    /// The I/O configuration, the scheduler configuration and the cache
+    /// budget these options ask for.
+    pub(crate) fn configs(&self) -> FfiResult<(IoConfig, PrefetchConfig, u64)> {
+        let io = IoConfig {
+            backend: backend(self.backend)?,
+            depth: self.io_depth as usize,
+            direct: flag(self.direct_io, "direct_io")?,
+            ..IoConfig::default()
+        };
+        let prefetch = PrefetchConfig {
+            chunk_tokens: self.chunk_tokens,
+            ring_chunks: self.ring_chunks,
+            first_chunk_tokens: self.first_chunk_tokens,
+            read_batch_tokens: self.read_batch_tokens,
+            overlap_threshold: self.overlap_threshold,
+            prefetch: flag(self.prefetch, "prefetch")?,
+            pipeline: flag(self.pipeline, "pipeline")?,
+            batch: flag(self.batch, "batch")?,
+            lookup_hints: flag(self.lookup_hints, "lookup_hints")?,
+            format: format(self.format, "options.format")?,
+            workers: self.workers as usize,
+            decode_workers: self.decode_workers as usize,
+            ..PrefetchConfig::default()
+        };
+        io.validate()?;
+        prefetch.validate()?;
+        Ok((io, prefetch, self.cache_bytes))
+    }
+}
+
+fn flag(value: u32, field: &str) -> FfiResult<bool> {
+    match value {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(FfiError::invalid(format!(
+            "options.{field} must be 0 or 1 (got {v})"
+        ))),
+    }
+}
+
+fn backend(value: u32) -> FfiResult<Backend> {
+    match value {
+        ENGRAM_BACKEND_AUTO => Ok(Backend::Auto),
+        ENGRAM_BACKEND_PSYNC => Ok(Backend::Psync),
+        ENGRAM_BACKEND_URING => Ok(Backend::Uring),
+        ENGRAM_BACKEND_MMAP => Ok(Backend::Mmap),
+        v => Err(FfiError::invalid(format!(
+            "options.backend {v} is not an ENGRAM_BACKEND_* value (0..=3)"
+        ))),
+    }
+}
+
+/// A row format value (`ENGRAM_FORMAT_*`), `what` naming the argument.
+pub(crate) fn format(value: u32, what: &str) -> FfiResult<RowFormat> {
+    match value {
+        ENGRAM_FORMAT_RAW => Ok(RowFormat::Raw),
+        ENGRAM_FORMAT_F32 => Ok(RowFormat::F32),
+        v => Err(FfiError::invalid(format!(
+            "{what} {v} is not ENGRAM_FORMAT_RAW (0) or ENGRAM_FORMAT_F32 (1)"
+        ))),
+    }
+}
+
+/// Fills `*options` with the defaults (ENGRAM_PREFETCH, ENGRAM_PIPELINE and
+/// ENGRAM_BATCH from the environment applied) and sets `struct_size`.
+///
+/// # Safety
+/// `options`, if not NULL, points at a writable `engram_options`.
+#[no_mangle]
+pub unsafe extern "C" fn engram_options_default(options: *mut engram_options) -> engram_status {
+    call("engram_options_default", || {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { write_out(options, "options", engram_options::defaults()) }
+    })
+}

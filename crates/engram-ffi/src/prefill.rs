@@ -1,0 +1,215 @@
+//! The prefill handle. The prefill itself lives inside its sequence (see
+//! `seq.rs`); the handle names it, so a wait on an ended prefill finds no
+//! live handle and is refused, never served from freed rings.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use crate::handles;
+use crate::ptr::{check_out, slice_in, slice_out, write_out};
+use crate::rows::{copy_into, engram_rows, too_small};
+use crate::seq::{engram_seq, mask_of, seq_of, LivePrefill, SeqInner, SeqObj};
+use crate::status::{call, engram_status, FfiError, FfiResult};
+
+/// A prefill in progress on a sequence (opaque).
+#[allow(non_camel_case_types)]
+pub struct engram_prefill {
+    _opaque: [u8; 0],
+}
+
+pub(crate) struct PrefillObj {
+    handle: usize,
+    seq: Arc<SeqObj>,
+}
+
+fn prefill_of(pf: *mut engram_prefill) -> FfiResult<Arc<PrefillObj>> {
+    handles::get(pf.addr())
+}
+
+impl PrefillObj {
+    /// Runs `f` on the live prefill under the sequence's lock.
+    fn with<R>(&self, f: impl FnOnce(&mut LivePrefill) -> FfiResult<R>) -> FfiResult<R> {
+        let mut inner = self.seq.lock()?;
+        let live = live_of(&mut inner, self.handle)?;
+        f(live)
+    }
+}
+
+fn live_of(inner: &mut SeqInner, handle: usize) -> FfiResult<&mut LivePrefill> {
+    inner
+        .prefill
+        .as_mut()
+        .filter(|live| live.handle == handle)
+        .ok_or_else(|| FfiError::state(format!("prefill {handle:#x} has ended")))
+}
+
+/// Appends `tokens[0..n]` to the sequence and starts reading their rows
+/// ahead of the waits. `mask` may be NULL; `mask[i] != 0` marks token `i`
+/// dead (padding). On success `*pf` is the prefill's handle (NULL on
+/// failure); until `engram_prefill_end`, the sequence refuses decode steps
+/// and other prefills with `ENGRAM_STATE`. A token outside the vocabulary
+/// is `ENGRAM_INVALID_ARGUMENT` and leaves the sequence unchanged.
+///
+/// # Safety
+/// `tokens` and `mask` are NULL or point at `n` readable values; `pf` is
+/// NULL or points at a writable `engram_prefill *`.
+#[no_mangle]
+pub unsafe extern "C" fn engram_prefill_begin(
+    seq: *mut engram_seq,
+    tokens: *const u32,
+    n: usize,
+    mask: *const u8,
+    pf: *mut *mut engram_prefill,
+) -> engram_status {
+    call("engram_prefill_begin", || {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { handles::clear_out(pf, "pf") }?;
+        let obj = seq_of(seq)?;
+        // SAFETY: forwarded from the caller's contract.
+        let tokens = unsafe { slice_in(tokens, n, "tokens") }?;
+        // SAFETY: forwarded from the caller's contract.
+        let mask = unsafe { mask_of(mask, n) }?;
+        let mut inner = obj.lock()?;
+        if let Some(live) = &inner.prefill {
+            return Err(FfiError::state(format!(
+                "prefill {:#x} is still live on this sequence: call engram_prefill_end first",
+                live.handle
+            )));
+        }
+        let prefill = inner.seq.prefill_detached(tokens, mask.as_deref())?;
+        let handle = handles::fresh();
+        inner.prefill = Some(LivePrefill {
+            handle,
+            prefill,
+            upto: vec![0; obj.row_bytes.len()],
+        });
+        drop(inner);
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { handles::hand_out(pf, "pf", handle, Arc::new(PrefillObj { handle, seq: obj })) }
+    })
+}
+
+/// Tokens in the prefill and the most one wait may cover (either out
+/// pointer may be NULL).
+///
+/// # Safety
+/// `tokens` and `max_wait_tokens` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn engram_prefill_info(
+    pf: *mut engram_prefill,
+    tokens: *mut u32,
+    max_wait_tokens: *mut u32,
+) -> engram_status {
+    call("engram_prefill_info", || {
+        let (n, max) = prefill_of(pf)?
+            .with(|live| Ok((live.prefill.tokens(), live.prefill.max_wait_tokens())))?;
+        if !tokens.is_null() {
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { write_out(tokens, "tokens", n) }?;
+        }
+        if !max_wait_tokens.is_null() {
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { write_out(max_wait_tokens, "max_wait_tokens", max) }?;
+        }
+        Ok(())
+    })
+}
+
+/// Blocks until the rows of prompt tokens `[0, upto)` of `table` are read
+/// and describes those of `[previous upto, upto)` in `*rows` (engine
+/// memory, valid until the next wait on this table, or the prefill's end).
+/// Waits on one table advance: `upto` never goes back, and one wait covers
+/// at most `max_wait_tokens` (see `engram_prefill_info`). Call right before
+/// the table's layer. Ends with the rows, an I/O error naming table, row
+/// and offset, or `ENGRAM_CANCELLED`.
+///
+/// # Safety
+/// `rows` is NULL or points at a writable `engram_rows`.
+#[no_mangle]
+pub unsafe extern "C" fn engram_prefill_wait(
+    pf: *mut engram_prefill,
+    table: u32,
+    upto: u32,
+    rows: *mut engram_rows,
+) -> engram_status {
+    call("engram_prefill_wait", || {
+        let obj = prefill_of(pf)?;
+        check_out(rows, "rows")?;
+        obj.seq.rows_bytes(table, 0)?;
+        obj.with(|live| {
+            let view = live.prefill.wait(table as usize, upto)?;
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { crate::rows::give(&view, rows) }?;
+            live.upto[table as usize] = upto;
+            Ok(())
+        })
+    })
+}
+
+/// `engram_prefill_wait`, copying the rows into `out` (e.g. a Metal shared
+/// buffer's contents or pinned host memory), token-major and contiguous.
+/// `ENGRAM_BUFFER_TOO_SMALL` (before waiting; nothing is consumed) if
+/// `out_len` is smaller than the rows. `*written` (if not NULL) gets the
+/// bytes written.
+///
+/// # Safety
+/// `out` is NULL or points at `out_len` writable bytes; `written` is NULL
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn engram_prefill_wait_into(
+    pf: *mut engram_prefill,
+    table: u32,
+    upto: u32,
+    out: *mut c_void,
+    out_len: usize,
+    written: *mut usize,
+) -> engram_status {
+    call("engram_prefill_wait_into", || {
+        let obj = prefill_of(pf)?;
+        obj.seq.rows_bytes(table, 0)?;
+        // SAFETY: forwarded from the caller's contract.
+        let out = unsafe { slice_out(out.cast::<u8>(), out_len, "out") }?;
+        obj.with(|live| {
+            let t = table as usize;
+            // A wait the library will refuse (going back, past the prompt,
+            // wider than the ring) gets its error, not a size complaint.
+            let from = live.upto[t];
+            let fits = (from..=live.prefill.tokens()).contains(&upto)
+                && upto - from <= live.prefill.max_wait_tokens();
+            let need = obj.seq.rows_bytes(table, upto.saturating_sub(from))?;
+            if fits && out.len() < need {
+                return Err(too_small(out.len(), need));
+            }
+            let view = live.prefill.wait(t, upto)?;
+            live.upto[t] = upto;
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { copy_into(&view, out, written) }
+        })
+    })
+}
+
+/// Ends a prefill: cancels reads still pending, joins the readers, frees the
+/// rings (rows from its waits become invalid) and lets the sequence step.
+/// NULL is accepted and does nothing; a prefill already ended (or ended by
+/// `engram_seq_free`) is refused with `ENGRAM_INVALID_HANDLE`.
+///
+/// # Safety
+/// None: the handle is looked up, not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn engram_prefill_end(pf: *mut engram_prefill) -> engram_status {
+    call("engram_prefill_end", || {
+        if pf.is_null() {
+            return Ok(());
+        }
+        let obj: Arc<PrefillObj> = handles::remove(pf.addr())?;
+        let mut inner = obj.seq.lock()?;
+        if inner
+            .prefill
+            .as_ref()
+            .is_some_and(|l| l.handle == obj.handle)
+        {
+            drop(inner.prefill.take()); // cancels and joins the readers
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,389 @@
+//! The sequence handle: tokens, decode steps, hints, per-sequence stats. A
+//! sequence owns its live prefill (at most one), so the two share one lock
+//! and a prefill can never outlive the rules its sequence enforces.
+
+use std::ffi::{c_char, c_void};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use engram::prefetch::{Prefill, Sequence};
+use engram::stats::{Stats, Summary};
+
+use crate::engine::{engine_of, engram_engine};
+use crate::handles;
+use crate::prefill::PrefillObj;
+use crate::ptr::{check_out, slice_in, slice_out, write_out};
+use crate::rows::{copy_into, engram_rows, too_small};
+use crate::stats::SeqRegistry;
+use crate::status::{call, engram_status, FfiError, FfiResult};
+
+/// One sequence of tokens on an engine (opaque). Calls on one sequence and
+/// its prefill are serialized (one runs at a time, the others wait); use
+/// one thread per sequence for overlap.
+#[allow(non_camel_case_types)]
+pub struct engram_seq {
+    _opaque: [u8; 0],
+}
+
+/// `engram_seq_stall` phase: prompt processing.
+pub const ENGRAM_PHASE_PREFILL: u32 = 0;
+/// `engram_seq_stall` phase: decode steps.
+pub const ENGRAM_PHASE_DECODE: u32 = 1;
+
+/// Stall of one phase of a sequence: the wall time its consumer spent
+/// blocked in waits, per token summed over the tables.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(non_camel_case_types)]
+pub struct engram_stall {
+    /// Tokens with a stall sample.
+    pub tokens: u64,
+    /// Waits made (all tables).
+    pub waits: u64,
+    /// Total time blocked in those waits, all tables, microseconds.
+    pub total_us: f64,
+    /// Mean stall per token, microseconds.
+    pub mean_us: f64,
+    /// Median stall per token.
+    pub p50_us: f64,
+    /// 99th percentile stall per token.
+    pub p99_us: f64,
+    /// Largest stall of one token.
+    pub max_us: f64,
+}
+
+/// A prefill in progress on a sequence.
+pub(crate) struct LivePrefill {
+    pub handle: usize,
+    pub prefill: Prefill<'static>,
+    /// Per table: the `upto` of the last wait (start of the next rows).
+    pub upto: Vec<u32>,
+}
+
+pub(crate) struct SeqInner {
+    /// Declared before `seq`: ends (cancels and joins) before it drops.
+    pub prefill: Option<LivePrefill>,
+    pub seq: Sequence,
+}
+
+pub(crate) struct SeqObj {
+    pub handle: usize,
+    /// Per table: bytes of one delivered row.
+    pub row_bytes: Vec<usize>,
+    pub rows_per_token: usize,
+    registry: Arc<SeqRegistry>,
+    inner: Mutex<SeqInner>,
+}
+
+impl SeqObj {
+    /// The sequence's state, or `ENGRAM_PANIC` if an earlier call panicked
+    /// while holding it (its state may be half-updated).
+    pub fn lock(&self) -> FfiResult<MutexGuard<'_, SeqInner>> {
+        self.inner.lock().map_err(|_| {
+            FfiError::new(
+                engram_status::ENGRAM_PANIC,
+                "the sequence is unusable after an internal error (panic) in an earlier call; free it",
+            )
+        })
+    }
+
+    /// Checks `table` and returns the bytes of `tokens` tokens of its rows.
+    pub fn rows_bytes(&self, table: u32, tokens: u32) -> FfiResult<usize> {
+        let row_bytes = self.row_bytes.get(table as usize).ok_or_else(|| {
+            FfiError::invalid(format!(
+                "table {table} out of range (the model has {})",
+                self.row_bytes.len()
+            ))
+        })?;
+        Ok(tokens as usize * self.rows_per_token * row_bytes)
+    }
+}
+
+impl SeqInner {
+    fn no_prefill(&self, what: &str) -> FfiResult {
+        match &self.prefill {
+            Some(live) => Err(FfiError::state(format!(
+                "{what} while prefill {:#x} is live on this sequence: call engram_prefill_end first",
+                live.handle
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+pub(crate) fn seq_of(seq: *mut engram_seq) -> FfiResult<Arc<SeqObj>> {
+    handles::get(seq.addr())
+}
+
+/// Dead-token mask from C bytes (nonzero = dead, as padding is).
+///
+/// # Safety
+/// `mask` is NULL or points at `n` readable bytes.
+pub(crate) unsafe fn mask_of(mask: *const u8, n: usize) -> FfiResult<Option<Vec<bool>>> {
+    if mask.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: forwarded from the caller's contract.
+    let bytes = unsafe { slice_in(mask, n, "mask") }?;
+    Ok(Some(bytes.iter().map(|&b| b != 0).collect()))
+}
+
+/// Creates an empty sequence on `engine`; `*seq` is the new handle (NULL on
+/// failure).
+///
+/// # Safety
+/// `seq` is NULL or points at a writable `engram_seq *`.
+#[no_mangle]
+pub unsafe extern "C" fn engram_seq_new(
+    engine: *mut engram_engine,
+    seq: *mut *mut engram_seq,
+) -> engram_status {
+    call("engram_seq_new", || {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { handles::clear_out(seq, "seq") }?;
+        let obj = engine_of(engine)?;
+        let sequence = obj.engine.sequence();
+        let format = obj.engine.config().format;
+        let handle = handles::fresh();
+        obj.seqs.opened(handle, sequence.stats_recorder());
+        let new = Arc::new(SeqObj {
+            handle,
+            row_bytes: (0..sequence.tables())
+                .map(|t| obj.row_bytes(t, format))
+                .collect(),
+            rows_per_token: sequence.rows_per_token(),
+            registry: obj.seqs.clone(),
+            inner: Mutex::new(SeqInner {
+                prefill: None,
+                seq: sequence,
+            }),
+        });
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { handles::hand_out(seq, "seq", handle, new) }
+    })
+}
+
+/// Frees a sequence. NULL is accepted and does nothing; a handle already
+/// freed is refused with `ENGRAM_INVALID_HANDLE`. A prefill still live on
+/// the sequence is ended first (its handle becomes invalid). Pending reads
+/// are cancelled and joined before the buffers go; the sequence's final
+/// stats stay in the engine's `engram_stats_json`.
+///
+/// # Safety
+/// None: the handle is looked up, not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn engram_seq_free(seq: *mut engram_seq) -> engram_status {
+    call("engram_seq_free", || {
+        if seq.is_null() {
+            return Ok(());
+        }
+        let obj: Arc<SeqObj> = handles::remove(seq.addr())?;
+        let stats = match obj.lock() {
+            Ok(mut inner) => {
+                if let Some(live) = inner.prefill.take() {
+                    let _ = handles::remove::<PrefillObj>(live.handle);
+                    drop(live); // cancels and joins its readers
+                }
+                inner.seq.stats()
+            }
+            Err(_) => Stats::default(), // poisoned: the stats may be torn
+        };
+        obj.registry.freed(obj.handle, stats);
+        Ok(())
+    })
+}
+
+/// Writes the row ids that `tokens[0..n]` (mask as in
+/// `engram_prefill_begin`, may be NULL) would get appended to the sequence
+/// now, without appending them: `ids[(token * tables + table) *
+/// rows_per_token + column]`. `ids_len` (in ids) must be at least `n *
+/// tables * rows_per_token`. For checks against `engram_rows_read`.
+///
+/// # Safety
+/// `tokens` and `mask` are NULL or point at `n` readable values; `ids` is
+/// NULL or points at `ids_len` writable ids.
+#[no_mangle]
+pub unsafe extern "C" fn engram_seq_row_ids(
+    seq: *mut engram_seq,
+    tokens: *const u32,
+    n: usize,
+    mask: *const u8,
+    ids: *mut u32,
+    ids_len: usize,
+) -> engram_status {
+    call("engram_seq_row_ids", || {
+        let obj = seq_of(seq)?;
+        // SAFETY: forwarded from the caller's contract.
+        let tokens = unsafe { slice_in(tokens, n, "tokens") }?;
+        // SAFETY: forwarded from the caller's contract.
+        let mask = unsafe { mask_of(mask, n) }?;
+        let row_ids = obj.lock()?.seq.row_ids(tokens, mask.as_deref())?;
+        if ids_len < row_ids.len() {
+            return Err(FfiError::new(
+                engram_status::ENGRAM_BUFFER_TOO_SMALL,
+                format!(
+                    "ids_len is {ids_len}; the tokens have {} row ids",
+                    row_ids.len()
+                ),
+            ));
+        }
+        // SAFETY: forwarded from the caller's contract.
+        let out = unsafe { slice_out(ids, ids_len, "ids") }?;
+        out[..row_ids.len()].copy_from_slice(&row_ids);
+        Ok(())
+    })
+}
+
+/// Appends `token` and issues both tables' reads of its rows without
+/// blocking (it blocks only while the previous step's reads still run).
+/// Call as soon as the token is sampled. Invalidates the rows of the
+/// previous step. `ENGRAM_STATE` while a prefill is live;
+/// `ENGRAM_INVALID_ARGUMENT` for a token outside the vocabulary (the
+/// sequence is then unchanged).
+///
+/// # Safety
+/// None: the handle is looked up, not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn engram_step_begin(seq: *mut engram_seq, token: u32) -> engram_status {
+    call("engram_step_begin", || {
+        let obj = seq_of(seq)?;
+        let mut inner = obj.lock()?;
+        inner.no_prefill("engram_step_begin")?;
+        inner.seq.step_begin(token)?;
+        Ok(())
+    })
+}
+
+/// Blocks until the current step's rows of `table` are read and describes
+/// them in `*rows` (engine memory, valid until the next
+/// `engram_step_begin` or the sequence's free). Call right before the
+/// table's layer.
+///
+/// # Safety
+/// `rows` is NULL or points at a writable `engram_rows`.
+#[no_mangle]
+pub unsafe extern "C" fn engram_step_wait(
+    seq: *mut engram_seq,
+    table: u32,
+    rows: *mut engram_rows,
+) -> engram_status {
+    call("engram_step_wait", || {
+        let obj = seq_of(seq)?;
+        check_out(rows, "rows")?;
+        obj.rows_bytes(table, 1)?;
+        let mut inner = obj.lock()?;
+        let view = inner.seq.step_wait(table as usize)?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { crate::rows::give(&view, rows) }
+    })
+}
+
+/// `engram_step_wait`, copying the rows into `out` (e.g. a Metal shared
+/// buffer's contents or pinned host memory): `rows_per_token * row_bytes`
+/// bytes. `ENGRAM_BUFFER_TOO_SMALL` (before waiting) if `out_len` is
+/// smaller. `*written` (if not NULL) gets the bytes written.
+///
+/// # Safety
+/// `out` is NULL or points at `out_len` writable bytes; `written` is NULL
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn engram_step_wait_into(
+    seq: *mut engram_seq,
+    table: u32,
+    out: *mut c_void,
+    out_len: usize,
+    written: *mut usize,
+) -> engram_status {
+    call("engram_step_wait_into", || {
+        let obj = seq_of(seq)?;
+        let need = obj.rows_bytes(table, 1)?;
+        if out_len < need {
+            return Err(too_small(out_len, need));
+        }
+        // SAFETY: forwarded from the caller's contract.
+        let out = unsafe { slice_out(out.cast::<u8>(), out_len, "out") }?;
+        let mut inner = obj.lock()?;
+        let view = inner.seq.step_wait(table as usize)?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { copy_into(&view, out, written) }
+    })
+}
+
+/// Reads, at low priority into the row cache, the rows `tokens[0..n]` would
+/// have as the sequence's next token (each a separate guess, e.g. draft
+/// tokens). Nothing waits on hints; useful only with a row cache.
+///
+/// # Safety
+/// `tokens` is NULL or points at `n` readable ids.
+#[no_mangle]
+pub unsafe extern "C" fn engram_hint(
+    seq: *mut engram_seq,
+    tokens: *const u32,
+    n: usize,
+) -> engram_status {
+    call("engram_hint", || {
+        let obj = seq_of(seq)?;
+        // SAFETY: forwarded from the caller's contract.
+        let tokens = unsafe { slice_in(tokens, n, "tokens") }?;
+        obj.lock()?.seq.hint(tokens)?;
+        Ok(())
+    })
+}
+
+/// Sets `*json` to a JSON document of this sequence's stats (prefill,
+/// decode, hints; per table: waits, stall per token, rows, reads, bytes,
+/// latencies). Free it with `engram_string_free`.
+///
+/// # Safety
+/// `json` is NULL or points at a writable `char *`.
+#[no_mangle]
+pub unsafe extern "C" fn engram_seq_stats_json(
+    seq: *mut engram_seq,
+    json: *mut *mut c_char,
+) -> engram_status {
+    call("engram_seq_stats_json", || {
+        let obj = seq_of(seq)?;
+        check_out(json, "json")?;
+        let stats = obj.lock()?.seq.stats();
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { crate::text::give(stats.to_json(), json, "json") }
+    })
+}
+
+/// Fills `*stall` with the stall of `phase` (`ENGRAM_PHASE_PREFILL` or
+/// `ENGRAM_PHASE_DECODE`) of the sequence so far.
+///
+/// # Safety
+/// `stall` is NULL or points at a writable `engram_stall`.
+#[no_mangle]
+pub unsafe extern "C" fn engram_seq_stall(
+    seq: *mut engram_seq,
+    phase: u32,
+    stall: *mut engram_stall,
+) -> engram_status {
+    call("engram_seq_stall", || {
+        let obj = seq_of(seq)?;
+        check_out(stall, "stall")?;
+        let stats = obj.lock()?.seq.stats();
+        let phase = match phase {
+            ENGRAM_PHASE_PREFILL => &stats.prefill,
+            ENGRAM_PHASE_DECODE => &stats.decode,
+            p => {
+                return Err(FfiError::invalid(format!(
+                    "phase {p} is not ENGRAM_PHASE_PREFILL (0) or ENGRAM_PHASE_DECODE (1)"
+                )))
+            }
+        };
+        let per_token: &Summary = &phase.stall_per_token_total;
+        let summary = engram_stall {
+            tokens: per_token.count,
+            waits: phase.tables.iter().map(|t| t.waits).sum(),
+            total_us: phase.tables.iter().map(|t| t.stall_total_us).sum(),
+            mean_us: per_token.mean_us,
+            p50_us: per_token.p50_us,
+            p99_us: per_token.p99_us,
+            max_us: per_token.max_us,
+        };
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { write_out(stall, "stall", summary) }
+    })
+}

@@ -1,0 +1,164 @@
+//! Status codes, the thread-local last error, and the wrapper every entry
+//! point runs its body in (no panic crosses the boundary).
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// What a call returned. Every function of the C ABI returns one; on
+/// anything but `ENGRAM_OK`, `engram_last_error` tells what was wrong.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub enum engram_status {
+    /// Success.
+    ENGRAM_OK = 0,
+    /// A value outside what the call accepts (a table index out of range, a
+    /// token outside the vocabulary, a bad option, a wait that goes back).
+    ENGRAM_INVALID_ARGUMENT = 1,
+    /// A required pointer was NULL, or misaligned for its type.
+    ENGRAM_NULL_POINTER = 2,
+    /// A handle that is not live: already freed or ended, never returned by
+    /// this library, or of another kind (a sequence passed as a prefill).
+    ENGRAM_INVALID_HANDLE = 3,
+    /// The call is not allowed in the object's current state (a decode step
+    /// or a second prefill while a prefill is live).
+    ENGRAM_STATE = 4,
+    /// The caller's output buffer is smaller than the rows to write; nothing
+    /// was consumed, the call can be repeated with a larger buffer.
+    ENGRAM_BUFFER_TOO_SMALL = 5,
+    /// An operating-system I/O error (opening the model, reading a row).
+    ENGRAM_IO = 6,
+    /// A malformed model file, layout or tokenizer.
+    ENGRAM_FORMAT = 7,
+    /// A row whose bytes do not decode (f32 output only).
+    ENGRAM_CORRUPT_ROW = 8,
+    /// The prefill, sequence or engine was ended while the call waited.
+    ENGRAM_CANCELLED = 9,
+    /// A bug in the library: a panic was caught at the boundary. The object
+    /// it happened on may refuse further calls with this status.
+    ENGRAM_PANIC = 10,
+    /// An error of a kind this version does not classify.
+    ENGRAM_INTERNAL = 11,
+}
+
+use engram_status::*;
+
+/// An error on its way to the C caller: a status and the message
+/// [`engram_last_error`] will return.
+#[derive(Debug)]
+pub(crate) struct FfiError {
+    pub status: engram_status,
+    pub message: String,
+}
+
+/// Shorthand for the result of an entry point's body.
+pub(crate) type FfiResult<T = ()> = Result<T, FfiError>;
+
+impl FfiError {
+    pub fn new(status: engram_status, message: impl Into<String>) -> FfiError {
+        FfiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> FfiError {
+        FfiError::new(ENGRAM_INVALID_ARGUMENT, message)
+    }
+
+    pub fn state(message: impl Into<String>) -> FfiError {
+        FfiError::new(ENGRAM_STATE, message)
+    }
+}
+
+impl From<engram::Error> for FfiError {
+    fn from(e: engram::Error) -> FfiError {
+        use engram::Error as E;
+        let status = match &e {
+            E::Io { .. } | E::RowRead { .. } => ENGRAM_IO,
+            E::Format { .. } | E::Layout { .. } | E::Tokenizer { .. } => ENGRAM_FORMAT,
+            E::CorruptRow { .. } => ENGRAM_CORRUPT_ROW,
+            E::InvalidArgument(_) => ENGRAM_INVALID_ARGUMENT,
+            E::Cancelled => ENGRAM_CANCELLED,
+            _ => ENGRAM_INTERNAL,
+        };
+        FfiError::new(status, e.to_string())
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(message: String) {
+    // A message with a NUL inside would be cut short in C: blank the NULs.
+    let bytes: Vec<u8> = message
+        .into_bytes()
+        .into_iter()
+        .map(|b| if b == 0 { b' ' } else { b })
+        .collect();
+    let text = CString::new(bytes).unwrap_or_default();
+    // try_with: during thread teardown the slot may be gone; the status
+    // still reaches the caller.
+    let _ = LAST_ERROR.try_with(|slot| *slot.borrow_mut() = text);
+}
+
+/// Runs an entry point's body: catches panics, sets the thread's last error
+/// (empty on success) and turns the outcome into a status.
+pub(crate) fn call(name: &str, body: impl FnOnce() -> FfiResult) -> engram_status {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => {
+            set_last_error(String::new());
+            ENGRAM_OK
+        }
+        Ok(Err(e)) => {
+            set_last_error(format!("{name}: {}", e.message));
+            e.status
+        }
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_string());
+            set_last_error(format!("{name}: internal error (panic): {what}"));
+            ENGRAM_PANIC
+        }
+    }
+}
+
+/// The message of the last call on this thread that failed, or an empty
+/// string if the last call succeeded. Never NULL. The text stays valid
+/// until the next call into the library on the same thread; copy it to
+/// keep it.
+#[no_mangle]
+pub extern "C" fn engram_last_error() -> *const c_char {
+    // Read without a call() wrapper: that would clear the message.
+    LAST_ERROR
+        .try_with(|slot| slot.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
+}
+
+/// A static name for a status value ("ENGRAM_OK", ...), or
+/// "ENGRAM_UNKNOWN_STATUS" for a value this version does not define. Takes
+/// an int so any value is safe to pass.
+#[no_mangle]
+pub extern "C" fn engram_status_name(status: i32) -> *const c_char {
+    let name: &'static std::ffi::CStr = match status {
+        0 => c"ENGRAM_OK",
+        1 => c"ENGRAM_INVALID_ARGUMENT",
+        2 => c"ENGRAM_NULL_POINTER",
+        3 => c"ENGRAM_INVALID_HANDLE",
+        4 => c"ENGRAM_STATE",
+        5 => c"ENGRAM_BUFFER_TOO_SMALL",
+        6 => c"ENGRAM_IO",
+        7 => c"ENGRAM_FORMAT",
+        8 => c"ENGRAM_CORRUPT_ROW",
+        9 => c"ENGRAM_CANCELLED",
+        10 => c"ENGRAM_PANIC",
+        11 => c"ENGRAM_INTERNAL",
+        _ => c"ENGRAM_UNKNOWN_STATUS",
+    };
+    name.as_ptr()
+}

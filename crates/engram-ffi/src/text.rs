@@ -1,0 +1,62 @@
+//! Strings handed to the caller (JSON documents) and their one free
+//! function. Live strings are tracked by address, so freeing one twice or
+//! freeing a pointer this library did not return is reported, not
+//! undefined.
+
+use std::collections::HashSet;
+use std::ffi::{c_char, CString};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use crate::ptr::write_out;
+use crate::status::{call, engram_status, FfiError, FfiResult};
+
+fn live() -> MutexGuard<'static, HashSet<usize>> {
+    static LIVE: OnceLock<Mutex<HashSet<usize>>> = OnceLock::new();
+    LIVE.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Hands `text` to the caller through `out` (freed with
+/// [`engram_string_free`]).
+///
+/// # Safety
+/// `out`, if not NULL, points at writable memory for one pointer.
+pub(crate) unsafe fn give(text: String, out: *mut *mut c_char, what: &str) -> FfiResult {
+    crate::ptr::check_out(out, what)?;
+    let text = CString::new(text)
+        .map_err(|_| FfiError::new(engram_status::ENGRAM_INTERNAL, "text holds a NUL byte"))?;
+    let raw = text.into_raw();
+    live().insert(raw as usize);
+    // SAFETY: checked above; writable per the caller.
+    unsafe { write_out(out, what, raw) }
+}
+
+/// Frees a string returned by this library (`engram_stats_json`, ...).
+/// NULL is accepted and does nothing. A pointer that is not a live string
+/// of this library (already freed, or never returned) is refused with
+/// `ENGRAM_INVALID_HANDLE` and left alone; if the allocator has since
+/// handed the same address out for a newer string, that one is freed, so
+/// set your pointer to NULL after freeing.
+///
+/// # Safety
+/// None beyond passing a pointer value: it is looked up, not dereferenced,
+/// unless it is a live string of this library.
+#[no_mangle]
+pub unsafe extern "C" fn engram_string_free(text: *mut c_char) -> engram_status {
+    call("engram_string_free", || {
+        if text.is_null() {
+            return Ok(());
+        }
+        if !live().remove(&(text as usize)) {
+            return Err(FfiError::new(
+                engram_status::ENGRAM_INVALID_HANDLE,
+                format!("{text:p} is not a live string of this library (freed twice?)"),
+            ));
+        }
+        // SAFETY: the address came from CString::into_raw in `give` and was
+        // live until the removal above, which only one caller can win.
+        drop(unsafe { CString::from_raw(text) });
+        Ok(())
+    })
+}
