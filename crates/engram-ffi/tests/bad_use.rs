@@ -464,6 +464,20 @@ fn strings_free_once_and_stats_cover_freed_sequences() {
         ok(engram_prefill_end(pf));
         ok(engram_step_begin(seq, 11));
         ok(engram_step_wait(seq, 0, &mut rows));
+        let mut one: *mut c_char = null_mut();
+        ok(engram_seq_stats_json(seq, &mut one));
+        let doc: serde_json::Value =
+            serde_json::from_str(std::ffi::CStr::from_ptr(one).to_str().unwrap()).unwrap();
+        ok(engram_string_free(one));
+        assert_eq!(doc["decode"]["stall_per_token_total"]["count"], 1);
+        let mut stall = std::mem::zeroed::<engram_stall>();
+        ok(engram_seq_stall(seq, ENGRAM_PHASE_PREFILL, &mut stall));
+        assert_eq!((stall.tokens, stall.waits), (32, 2));
+        expect(
+            engram_seq_stall(seq, 2, &mut stall),
+            ENGRAM_INVALID_ARGUMENT,
+            "phase 2",
+        );
         ok(engram_seq_free(seq));
         let mut json: *mut c_char = null_mut();
         ok(engram_stats_json(f.engine, &mut json));
