@@ -146,20 +146,7 @@ impl<S: RowSource> RowSource for CachedSource<S> {
         priority: Priority,
     ) -> Result<BatchStats> {
         let started = Instant::now();
-        if table >= self.inner.tables() {
-            return Err(Error::InvalidArgument(format!(
-                "table {table} does not exist ({} tables)",
-                self.inner.tables()
-            )));
-        }
-        let row_bytes = self.inner.row_bytes(table);
-        crate::io::batch::check_out_len(table, rows.len(), row_bytes, out.len())?;
-        let table_rows = self.inner.table_rows(table);
-        if let Some(&bad) = rows.iter().find(|&&r| u64::from(r) >= table_rows) {
-            return Err(Error::InvalidArgument(format!(
-                "row {bad} of table {table} is out of range (the table has {table_rows} rows)"
-            )));
-        }
+        let row_bytes = self.check_request(table, rows, out)?;
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.sort_unstable_by_key(|&i| rows[i]);
         let groups = group_runs(rows, &order);
@@ -194,6 +181,57 @@ impl<S: RowSource> RowSource for CachedSource<S> {
         stats.cache_hits = hits;
         stats.elapsed = started.elapsed();
         Ok(stats)
+    }
+
+    fn read_rows_from_memory(
+        &self,
+        table: usize,
+        rows: &[u32],
+        out: &mut [u8],
+    ) -> Result<Option<BatchStats>> {
+        let started = Instant::now();
+        let row_bytes = self.check_request(table, rows, out)?;
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_unstable_by_key(|&i| rows[i]);
+        let groups = group_runs(rows, &order);
+        for &(row, positions) in &groups {
+            // A miss is not counted here: the read that follows counts it.
+            let Some(bytes) = self.cache.get(table, row) else {
+                return Ok(None);
+            };
+            scatter_row(&bytes, positions, row_bytes, out);
+        }
+        let hits = groups.len() as u64;
+        self.cache.hits.fetch_add(hits, Ordering::Relaxed);
+        Ok(Some(BatchStats {
+            rows_requested: rows.len() as u64,
+            rows_unique: hits,
+            cache_hits: hits,
+            elapsed: started.elapsed(),
+            ..BatchStats::default()
+        }))
+    }
+}
+
+impl<S: RowSource> CachedSource<S> {
+    /// Checks a request's table, output length and row ids; returns the
+    /// table's row size.
+    fn check_request(&self, table: usize, rows: &[u32], out: &[u8]) -> Result<usize> {
+        if table >= self.inner.tables() {
+            return Err(Error::InvalidArgument(format!(
+                "table {table} does not exist ({} tables)",
+                self.inner.tables()
+            )));
+        }
+        let row_bytes = self.inner.row_bytes(table);
+        crate::io::batch::check_out_len(table, rows.len(), row_bytes, out.len())?;
+        let table_rows = self.inner.table_rows(table);
+        if let Some(&bad) = rows.iter().find(|&&r| u64::from(r) >= table_rows) {
+            return Err(Error::InvalidArgument(format!(
+                "row {bad} of table {table} is out of range (the table has {table_rows} rows)"
+            )));
+        }
+        Ok(row_bytes)
     }
 }
 

@@ -186,12 +186,31 @@ fn session_cache_serves_repeated_rows_and_hints() {
         // The hint is served when no demand work is queued; wait until the
         // cache holds the hinted rows (bounded by `within`).
         let ids = seq.row_ids(&[41], None).unwrap();
-        while !ids[..4].iter().all(|&r| cache.get(0, r).is_some()) {
+        while !ids
+            .iter()
+            .enumerate()
+            .all(|(i, &r)| cache.get(i / 4, r).is_some())
+        {
             std::thread::yield_now();
         }
+        let decode_before = seq.stats().decode;
         seq.step_begin(41).unwrap();
-        seq.step_wait(0).unwrap();
-        assert!(cache.hits() >= hits_before + 4);
+        for table in 0..2 {
+            let rows: Vec<u64> = ids[table * 4..table * 4 + 4]
+                .iter()
+                .map(|&r| u64::from(r))
+                .collect();
+            let mut raw = Vec::new();
+            model.read_raw_rows(table, &rows, &mut raw).unwrap();
+            assert_eq!(seq.step_wait(table).unwrap().to_vec(), raw);
+        }
+        assert!(cache.hits() >= hits_before + 8);
+        // Served from memory on the caller's thread: the step read nothing.
+        let decode = seq.stats().decode;
+        for (t, before) in decode.tables.iter().zip(&decode_before.tables) {
+            assert_eq!(t.bytes_read, before.bytes_read, "table {}", t.table);
+            assert!(t.cache_hits > before.cache_hits, "table {}", t.table);
+        }
     });
 }
 

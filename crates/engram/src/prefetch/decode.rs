@@ -72,6 +72,16 @@ impl StepJob {
         }
     }
 
+    fn ctx(&self) -> ReadCtx<'_> {
+        ReadCtx {
+            source: &self.source,
+            stats: &self.stats,
+            phase: Phase::Decode,
+            priority: Priority::Demand,
+            batch: self.batch,
+        }
+    }
+
     /// Reads the current step's rows of `table` into its buffer.
     ///
     /// Caller guarantees no view of the buffer is live and no other reader
@@ -80,13 +90,7 @@ impl StepJob {
     fn read(&self, table: usize) -> Result<()> {
         let t = &self.tables[table];
         let rows = lock(&t.rows).clone();
-        let ctx = ReadCtx {
-            source: &self.source,
-            stats: &self.stats,
-            phase: Phase::Decode,
-            priority: Priority::Demand,
-            batch: self.batch,
-        };
+        let ctx = self.ctx();
         match self.decode[table] {
             // SAFETY: per the caller's guarantee.
             Some(enc) => ctx.read_f32(table, &rows, enc, unsafe {
@@ -94,6 +98,25 @@ impl StepJob {
             }),
             // SAFETY: per the caller's guarantee.
             None => ctx.read(table, &rows, unsafe { t.buf.slice_mut(0, t.buf.len()) }),
+        }
+    }
+
+    /// Fills the current step's buffer of `table` from the row cache on the
+    /// caller's thread if every row is there (`Ok(false)` otherwise). A step
+    /// whose rows were hinted then wakes no reader thread: on a machine
+    /// with few cores the woken reader would take the forward thread's core
+    /// for tens of microseconds. Same caller guarantees as [`StepJob::read`].
+    fn read_from_memory(&self, table: usize) -> Result<bool> {
+        let t = &self.tables[table];
+        let rows = lock(&t.rows);
+        let ctx = self.ctx();
+        match self.decode[table] {
+            // SAFETY: per the caller's guarantee.
+            Some(enc) => ctx.read_f32_from_memory(table, &rows, enc, unsafe {
+                t.buf.slice_mut_f32(0, t.buf.len() / 4)
+            }),
+            // SAFETY: per the caller's guarantee.
+            None => ctx.read_from_memory(table, &rows, unsafe { t.buf.slice_mut(0, t.buf.len()) }),
         }
     }
 
@@ -123,6 +146,19 @@ impl StepJob {
         if prefetch {
             let mut tasks: Vec<Box<dyn Task>> = Vec::with_capacity(self.tables.len());
             for (table, t) in self.tables.iter().enumerate() {
+                // No reader runs (flights are idle) and no view is live.
+                match self.read_from_memory(table) {
+                    Ok(true) => {
+                        t.ready.publish(step);
+                        continue;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        // As a failed reader would: the wait reports it.
+                        t.ready.fail(e);
+                        continue;
+                    }
+                }
                 t.flight.enter();
                 tasks.push(Box::new(StepTask {
                     job: self.clone(),
@@ -270,5 +306,99 @@ impl Task for HintTask {
 
     fn owner(&self) -> u64 {
         self.owner
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::cache::{CachedSource, RowCache};
+    use crate::io::BatchStats;
+    use crate::prefetch::pool::Pool;
+
+    /// Two tables of 100 rows of 8 bytes, each byte the row id; counts the
+    /// rows it is asked to read.
+    struct Counting(std::sync::atomic::AtomicU64);
+
+    impl RowSource for Counting {
+        fn name(&self) -> String {
+            "counting".into()
+        }
+        fn tables(&self) -> usize {
+            2
+        }
+        fn table_rows(&self, _table: usize) -> u64 {
+            100
+        }
+        fn row_bytes(&self, _table: usize) -> usize {
+            8
+        }
+        fn read_rows_at(
+            &self,
+            _table: usize,
+            rows: &[u32],
+            out: &mut [u8],
+            _priority: Priority,
+        ) -> Result<BatchStats> {
+            for (row, dst) in rows.iter().zip(out.chunks_exact_mut(8)) {
+                dst.fill(*row as u8);
+            }
+            let n = rows.len() as u64;
+            self.0.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+            Ok(BatchStats {
+                rows_requested: n,
+                ..BatchStats::default()
+            })
+        }
+    }
+
+    #[test]
+    fn a_step_whose_rows_are_cached_is_ready_when_begin_returns() {
+        let inner = Arc::new(Counting(Default::default()));
+        let cache = Arc::new(RowCache::new(1 << 20, 8));
+        let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(inner.clone(), cache));
+        let stats = Arc::new(StatsRecorder::new(2));
+        let mut pool = Pool::start(1, 1, 4).unwrap();
+        let job = Arc::new(StepJob::new(
+            1,
+            &[3, 3],
+            &[None, None],
+            true,
+            &source,
+            &stats,
+        ));
+        let ids = [1, 2, 3, 4, 5, 6];
+        // Step 1 misses: reader threads fetch the rows (and fill the cache).
+        job.begin(1, &ids, true, &pool.shared()).unwrap();
+        for table in 0..2 {
+            job.wait(table, 1, true).unwrap();
+        }
+        let read = inner.0.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(read, 6);
+        // Step 2 asks for the same rows: published before `begin` returns,
+        // with no storage read.
+        job.begin(2, &ids, true, &pool.shared()).unwrap();
+        for (table, t) in job.tables.iter().enumerate() {
+            assert_eq!(t.ready.count(), 2, "table {table} was served inline");
+        }
+        let (rows, _) = job.wait(1, 2, true).unwrap();
+        assert_eq!(
+            rows,
+            [4u8; 8]
+                .iter()
+                .chain(&[5; 8])
+                .chain(&[6; 8])
+                .copied()
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(inner.0.load(std::sync::atomic::Ordering::SeqCst), read);
+        // A miss in one table sends only that table to a reader.
+        job.begin(3, &[1, 2, 3, 4, 5, 7], true, &pool.shared())
+            .unwrap();
+        assert_eq!(job.tables[0].ready.count(), 3);
+        job.wait(1, 3, true).unwrap();
+        assert_eq!(inner.0.load(std::sync::atomic::Ordering::SeqCst), read + 1);
+        job.cancel_and_join(&pool.shared());
+        pool.shutdown();
     }
 }
