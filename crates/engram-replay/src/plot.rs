@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::prelude::*;
 
 use crate::report::Report;
@@ -43,15 +44,17 @@ fn draw(report: &Report, path: &Path) -> DrawResult {
         .iter()
         .map(|s| (s.name.as_str(), s.step_stall_us.clone()))
         .collect();
+    // Log scale: decode stalls span microseconds (a hit) to tens of
+    // milliseconds (a device outlier), and the typical step matters most.
     panel(
         &top,
         &format!(
-            "decode stall per step ({}, hints {})",
+            "decode stall per step, log scale ({}, hints {})",
             report.compute, report.hints
         ),
-        "decode step",
-        "stall (us)",
+        ("decode step", "stall (us)"),
         &decode,
+        true,
     )?;
     let prefill: Vec<(&str, Vec<f64>)> = report
         .schedules
@@ -67,50 +70,82 @@ fn draw(report: &Report, path: &Path) -> DrawResult {
             "prefill stall per {}-token chunk ({} sweep)",
             report.ubatch, report.sweep
         ),
-        "chunk",
-        "stall (ms)",
+        ("chunk", "stall (ms)"),
         &prefill,
+        false,
     )?;
     root.present()?;
     Ok(())
 }
 
-/// One chart: a line per series over its sample index.
+/// A line chart of `series` over their sample index: linear y, or log y
+/// (values below 1 drawn at 1).
 fn panel(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     caption: &str,
-    x_desc: &str,
-    y_desc: &str,
+    axes: (&str, &str),
     series: &[(&str, Vec<f64>)],
+    log: bool,
 ) -> DrawResult {
     let len = series
         .iter()
         .map(|(_, v)| v.len())
         .max()
         .unwrap_or(0)
-        .max(1);
+        .max(1) as f64;
     let top = series
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
         .fold(0.0f64, f64::max)
-        .max(1e-3)
         * 1.05;
-    let mut chart = ChartBuilder::on(area)
+    let mut builder = ChartBuilder::on(area);
+    builder
         .caption(caption, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(36)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0f64..len as f64, 0f64..top)?;
+        .y_label_area_size(64);
+    if log {
+        let chart = builder.build_cartesian_2d(0f64..len, (1f64..top.max(10.0)).log_scale())?;
+        draw_lines(chart, axes, series, |y| y.max(1.0))
+    } else {
+        let chart = builder.build_cartesian_2d(0f64..len, 0f64..top.max(1e-3))?;
+        draw_lines(chart, axes, series, |y| y)
+    }
+}
+
+/// The mesh, one line per series in its colour, and the legend.
+fn draw_lines<'a, X, Y>(
+    mut chart: ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    (x_desc, y_desc): (&str, &str),
+    series: &[(&str, Vec<f64>)],
+    clamp: impl Fn(f64) -> f64,
+) -> DrawResult
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
     chart
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
+        // At most one label per sample, so whole-number labels never repeat.
+        .x_labels(
+            series
+                .iter()
+                .map(|(_, v)| v.len())
+                .max()
+                .unwrap_or(0)
+                .clamp(2, 11),
+        )
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()?;
     for (i, (name, values)) in series.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
-        let points = values.iter().enumerate().map(|(x, &y)| (x as f64, y));
+        let points = values
+            .iter()
+            .enumerate()
+            .map(|(x, &y)| (x as f64, clamp(y)));
         chart
             .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
             .label(*name)
