@@ -1,5 +1,11 @@
 //! Decode steps: both tables' reads issued when the token is known, each
 //! waited for at its own layer.
+//!
+//! A step first serves from the row cache, on the caller's thread, every
+//! table whose rows are all there. The rest go to one reader task in table
+//! order (the first table's layer comes first), and hints issued meanwhile
+//! wait until that task has read its first table, so nothing shares the
+//! device with the rows the next layer waits for.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -23,11 +29,26 @@ struct StepTable {
     flight: Arc<InFlight>,
 }
 
+/// Hints that wait for the current step's first table.
+///
+/// Why: a step's first table is needed one layer after `step_begin`; its
+/// reads finish soonest when nothing else is on the device. The later
+/// tables (needed many layers later) and the hints (needed next step) go
+/// out once it is read, so they never queue in front of it.
+#[derive(Default)]
+struct HeldHints {
+    /// The current step's first table is still being read.
+    holding: bool,
+    tasks: Vec<Box<dyn Task>>,
+}
+
 /// A sequence's decode state shared with the step readers.
 pub(crate) struct StepJob {
     pub(crate) id: u64,
     /// Hint reads of this sequence queued or running.
     pub(crate) hints: Arc<InFlight>,
+    /// Hints held back while the current step's first table is being read.
+    held: Mutex<HeldHints>,
     tables: Vec<StepTable>,
     row_bytes: Vec<usize>,
     decode: Vec<Option<Encoding>>,
@@ -54,6 +75,7 @@ impl StepJob {
         StepJob {
             id,
             hints: Arc::new(InFlight::new()),
+            held: Mutex::new(HeldHints::default()),
             tables: cols
                 .iter()
                 .zip(&row_bytes)
@@ -128,7 +150,7 @@ impl StepJob {
         step: u32,
         ids: &[u32],
         prefetch: bool,
-        pool: &PoolShared,
+        pool: &Arc<PoolShared>,
     ) -> Result<()> {
         let cols = ids.len() / self.tables.len();
         for (table, t) in self.tables.iter().enumerate() {
@@ -144,31 +166,67 @@ impl StepJob {
             rows.extend_from_slice(&ids[table * cols..(table + 1) * cols]);
         }
         if prefetch {
-            let mut tasks: Vec<Box<dyn Task>> = Vec::with_capacity(self.tables.len());
-            for (table, t) in self.tables.iter().enumerate() {
-                // No reader runs (flights are idle) and no view is live.
-                match self.read_from_memory(table) {
-                    Ok(true) => {
-                        t.ready.publish(step);
-                        continue;
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        // As a failed reader would: the wait reports it.
-                        t.ready.fail(e);
-                        continue;
-                    }
-                }
-                t.flight.enter();
-                tasks.push(Box::new(StepTask {
-                    job: self.clone(),
-                    table,
-                    step,
-                }));
-            }
-            pool.submit_decode(tasks);
+            self.start_reads(step, pool);
         }
         Ok(())
+    }
+
+    /// Serves from memory what it can and hands the rest, in table order,
+    /// to one reader task; hints are held until that task's first table is
+    /// read.
+    fn start_reads(self: &Arc<Self>, step: u32, pool: &Arc<PoolShared>) {
+        let mut to_read = Vec::with_capacity(self.tables.len());
+        for (table, t) in self.tables.iter().enumerate() {
+            // No reader runs (flights are idle) and no view is live.
+            match self.read_from_memory(table) {
+                Ok(true) => t.ready.publish(step),
+                Ok(false) => {
+                    t.flight.enter();
+                    to_read.push(table);
+                }
+                // As a failed reader would: the wait reports it.
+                Err(e) => t.ready.fail(e),
+            }
+        }
+        if to_read.is_empty() {
+            return;
+        }
+        lock(&self.held).holding = true;
+        pool.submit_decode(vec![Box::new(StepTask {
+            job: self.clone(),
+            tables: to_read,
+            step,
+            pool: pool.clone(),
+        })]);
+    }
+
+    /// Queues `task` (a hint read) now, or once the current step's first
+    /// table is read.
+    pub(crate) fn submit_hint(&self, task: Box<dyn Task>, pool: &PoolShared) {
+        let mut held = lock(&self.held);
+        if held.holding {
+            held.tasks.push(task);
+        } else {
+            drop(held);
+            pool.submit_hint(task);
+        }
+    }
+
+    /// Stops holding hints and queues (or, when `abandon`, drops) the ones
+    /// held.
+    fn release_hints(&self, pool: &PoolShared, abandon: bool) {
+        let tasks = {
+            let mut held = lock(&self.held);
+            held.holding = false;
+            std::mem::take(&mut held.tasks)
+        };
+        for task in tasks {
+            if abandon {
+                task.abandon();
+            } else {
+                pool.submit_hint(task);
+            }
+        }
     }
 
     /// Blocks until step `step`'s rows of `table` are read (reading them now
@@ -221,6 +279,7 @@ impl StepJob {
             t.ready.cancel();
         }
         pool.cancel_owner(self.id);
+        self.release_hints(pool, true);
         for t in &self.tables {
             t.flight.wait_idle();
         }
@@ -228,34 +287,59 @@ impl StepJob {
     }
 }
 
+/// One step's reads of the tables not served from memory, in table order.
 struct StepTask {
     job: Arc<StepJob>,
-    table: usize,
+    tables: Vec<usize>,
     step: u32,
+    pool: Arc<PoolShared>,
 }
 
 impl Task for StepTask {
     fn run(self: Box<Self>) {
-        let StepTask { job, table, step } = *self;
-        let t = &job.tables[table];
-        if !t.ready.is_cancelled() {
-            match job.read(table) {
-                Ok(()) => t.ready.publish(step),
-                Err(e) => t.ready.fail(e),
+        let StepTask {
+            job,
+            tables,
+            step,
+            pool,
+        } = *self;
+        let mut flights = Vec::with_capacity(tables.len());
+        for (i, &table) in tables.iter().enumerate() {
+            let t = &job.tables[table];
+            if !t.ready.is_cancelled() {
+                match job.read(table) {
+                    Ok(()) => t.ready.publish(step),
+                    Err(e) => t.ready.fail(e),
+                }
+            }
+            flights.push(t.flight.clone());
+            if i == 0 {
+                job.release_hints(&pool, false);
             }
         }
-        let flight = t.flight.clone();
         drop(job);
-        flight.leave();
+        for flight in flights {
+            flight.leave();
+        }
     }
 
     fn abandon(self: Box<Self>) {
-        let StepTask { job, table, .. } = *self;
-        let t = &job.tables[table];
-        t.ready.cancel();
-        let flight = t.flight.clone();
+        let StepTask {
+            job, tables, pool, ..
+        } = *self;
+        let flights: Vec<_> = tables
+            .iter()
+            .map(|&table| {
+                let t = &job.tables[table];
+                t.ready.cancel();
+                t.flight.clone()
+            })
+            .collect();
+        job.release_hints(&pool, true);
         drop(job);
-        flight.leave();
+        for flight in flights {
+            flight.leave();
+        }
     }
 
     fn owner(&self) -> u64 {
@@ -316,13 +400,25 @@ mod tests {
     use crate::io::BatchStats;
     use crate::prefetch::pool::Pool;
 
-    /// Two tables of 100 rows of 8 bytes, each byte the row id; counts the
-    /// rows it is asked to read.
-    struct Counting(std::sync::atomic::AtomicU64);
+    /// Two tables of 100 rows of 8 bytes, each byte the row id. Counts the
+    /// rows read and logs each read's start and end; with `slow`, table 0's
+    /// demand reads take 20 ms.
+    #[derive(Default)]
+    struct Probe {
+        rows_read: std::sync::atomic::AtomicU64,
+        log: Mutex<Vec<String>>,
+        slow: bool,
+    }
 
-    impl RowSource for Counting {
+    impl Probe {
+        fn rows_read(&self) -> u64 {
+            self.rows_read.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    impl RowSource for Probe {
         fn name(&self) -> String {
-            "counting".into()
+            "probe".into()
         }
         fn tables(&self) -> usize {
             2
@@ -335,16 +431,27 @@ mod tests {
         }
         fn read_rows_at(
             &self,
-            _table: usize,
+            table: usize,
             rows: &[u32],
             out: &mut [u8],
-            _priority: Priority,
+            priority: Priority,
         ) -> Result<BatchStats> {
+            let kind = if priority == Priority::Hint {
+                "hint"
+            } else {
+                "step"
+            };
+            lock(&self.log).push(format!("start {kind} {table}"));
+            if self.slow && table == 0 && priority == Priority::Demand {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
             for (row, dst) in rows.iter().zip(out.chunks_exact_mut(8)) {
                 dst.fill(*row as u8);
             }
             let n = rows.len() as u64;
-            self.0.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+            self.rows_read
+                .fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+            lock(&self.log).push(format!("end {kind} {table}"));
             Ok(BatchStats {
                 rows_requested: n,
                 ..BatchStats::default()
@@ -353,8 +460,50 @@ mod tests {
     }
 
     #[test]
+    fn a_step_reads_its_first_table_before_later_tables_and_hints() {
+        let inner = Arc::new(Probe {
+            slow: true,
+            ..Probe::default()
+        });
+        let source: Arc<dyn RowSource> = inner.clone();
+        let stats = Arc::new(StatsRecorder::new(2));
+        // Enough threads that nothing but the hold could order the reads.
+        let mut pool = Pool::start(3, 2, 4).unwrap();
+        let job = Arc::new(StepJob::new(
+            1,
+            &[2, 2],
+            &[None, None],
+            true,
+            &source,
+            &stats,
+        ));
+        job.begin(1, &[1, 2, 3, 4], true, &pool.shared()).unwrap();
+        for table in 0..2 {
+            job.hints.enter();
+            let hint = Box::new(HintTask {
+                owner: job.id,
+                flight: job.hints.clone(),
+                table,
+                rows: vec![9, 10],
+                source: source.clone(),
+                stats: stats.clone(),
+            });
+            job.submit_hint(hint, &pool.shared());
+        }
+        for table in 0..2 {
+            job.wait(table, 1, true).unwrap();
+        }
+        job.hints.wait_idle();
+        let log = lock(&inner.log).clone();
+        assert_eq!(log.len(), 8, "{log:?}");
+        assert_eq!(&log[..2], ["start step 0", "end step 0"], "{log:?}");
+        job.cancel_and_join(&pool.shared());
+        pool.shutdown();
+    }
+
+    #[test]
     fn a_step_whose_rows_are_cached_is_ready_when_begin_returns() {
-        let inner = Arc::new(Counting(Default::default()));
+        let inner = Arc::new(Probe::default());
         let cache = Arc::new(RowCache::new(1 << 20, 8));
         let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(inner.clone(), cache));
         let stats = Arc::new(StatsRecorder::new(2));
@@ -373,7 +522,7 @@ mod tests {
         for table in 0..2 {
             job.wait(table, 1, true).unwrap();
         }
-        let read = inner.0.load(std::sync::atomic::Ordering::SeqCst);
+        let read = inner.rows_read();
         assert_eq!(read, 6);
         // Step 2 asks for the same rows: published before `begin` returns,
         // with no storage read.
@@ -391,13 +540,13 @@ mod tests {
                 .copied()
                 .collect::<Vec<_>>()
         );
-        assert_eq!(inner.0.load(std::sync::atomic::Ordering::SeqCst), read);
+        assert_eq!(inner.rows_read(), read);
         // A miss in one table sends only that table to a reader.
         job.begin(3, &[1, 2, 3, 4, 5, 7], true, &pool.shared())
             .unwrap();
         assert_eq!(job.tables[0].ready.count(), 3);
         job.wait(1, 3, true).unwrap();
-        assert_eq!(inner.0.load(std::sync::atomic::Ordering::SeqCst), read + 1);
+        assert_eq!(inner.rows_read(), read + 1);
         job.cancel_and_join(&pool.shared());
         pool.shutdown();
     }

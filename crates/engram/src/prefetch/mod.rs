@@ -466,7 +466,8 @@ impl Sequence {
 
     /// Reads the rows that `tokens` would have as the sequence's next token
     /// (each a separate guess) into the row cache, at low priority: served
-    /// only when no demand read is queued. Nothing waits on hints.
+    /// only when no demand read is queued, and not before the current
+    /// step's first table is read. Nothing waits on hints.
     pub fn hint(&mut self, tokens: &[u32]) -> Result<()> {
         self.check_open()?;
         let tables = self.tables();
@@ -483,14 +484,15 @@ impl Sequence {
                 continue;
             }
             self.steps.hints.enter();
-            self.shared.pool.submit_hint(Box::new(HintTask {
+            let task = Box::new(HintTask {
                 owner: self.steps.id,
                 flight: self.steps.hints.clone(),
                 table,
                 rows,
                 source: self.shared.source.clone(),
                 stats: self.stats.clone(),
-            }));
+            });
+            self.steps.submit_hint(task, &self.shared.pool);
         }
         Ok(())
     }
