@@ -379,7 +379,13 @@ impl Sequence {
         let whole = !config.pipeline;
         let plan = Plan {
             tokens,
-            ring_tokens: if whole { tokens } else { config.ring_tokens() }.max(1),
+            // A prompt shorter than the ring gets a ring of its own size.
+            ring_tokens: if whole {
+                tokens
+            } else {
+                config.ring_tokens().min(tokens)
+            }
+            .max(1),
             first_chunk: if whole {
                 tokens
             } else {

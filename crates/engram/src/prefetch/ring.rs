@@ -25,12 +25,15 @@ unsafe impl Sync for RingBuf {}
 unsafe impl Send for RingBuf {}
 
 impl RingBuf {
-    /// A zeroed buffer of `len` bytes.
+    /// A zeroed buffer of `len` bytes. Zeroed by the allocator (fresh
+    /// pages from the OS for large buffers), so memory becomes resident
+    /// only as rows are written.
     pub(crate) fn new(len: usize) -> RingBuf {
-        RingBuf {
-            words: (0..len.div_ceil(8)).map(|_| UnsafeCell::new(0)).collect(),
-            len,
-        }
+        let zeroed: Box<[u64]> = vec![0u64; len.div_ceil(8)].into_boxed_slice();
+        // SAFETY: `UnsafeCell<u64>` is `repr(transparent)` over `u64`, so
+        // the slice's layout, length and alignment are unchanged.
+        let words = unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [UnsafeCell<u64>]) };
+        RingBuf { words, len }
     }
 
     /// Length in bytes.
