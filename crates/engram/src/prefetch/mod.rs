@@ -19,6 +19,7 @@ mod pool;
 mod prefill;
 mod read;
 pub mod ready;
+mod reuse;
 mod ring;
 pub mod source;
 mod sync;
@@ -374,6 +375,8 @@ impl Sequence {
             mode: if overlap { Mode::Overlap } else { Mode::AtWait },
             batch: config.batch,
             whole_table: whole,
+            reuse_bytes: config.reuse_bytes,
+            urgent_lead: config.chunk_tokens,
         };
         let tables = self.tables();
         let cols = vec![self.shared.columns; tables];

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use super::pool::{PoolShared, Task};
 use super::read::ReadCtx;
 use super::ready::{InFlight, Ready};
+use super::reuse::{next_uses, ReuseStore};
 use super::ring::RingBuf;
 use super::source::{Priority, RowSource};
 use super::sync::lock_std as lock;
@@ -61,6 +62,11 @@ pub(crate) struct Plan {
     pub batch: bool,
     /// Pipeline off: a wait blocks until the whole table is read.
     pub whole_table: bool,
+    /// Bytes per table of the whole-prompt reuse store (0: off).
+    pub reuse_bytes: u64,
+    /// A table whose consumer has waited and whose reader is fewer than
+    /// this many tokens ahead of it is urgent.
+    pub urgent_lead: u32,
 }
 
 /// Which batches of a prefill are queued or running, and what comes next.
@@ -108,8 +114,22 @@ pub(crate) struct TableJob {
     released: AtomicU32,
     /// Set while a consumer is blocked on this table: its batches go first.
     waited_on: AtomicBool,
+    /// The consumer has reached this table's layer at least once (it has
+    /// called wait): from then on a small lead makes the table urgent.
+    consumer_started: AtomicBool,
+    /// `upto` of the consumer's latest wait.
+    consumed: AtomicU32,
+    /// Whole-prompt dedup: rows read that later tokens need again.
+    reuse: Option<Mutex<Reuse>>,
     source: Arc<dyn RowSource>,
     stats: Arc<StatsRecorder>,
+}
+
+/// A table's reuse store and the next use of each of its row occurrences.
+struct Reuse {
+    store: ReuseStore,
+    /// Per occurrence (token-major), the token that next uses its row.
+    next: Vec<u32>,
 }
 
 impl TableJob {
@@ -151,18 +171,88 @@ impl TableJob {
             let rows = self.row_ids(t, seg_end);
             let tb = self.token_bytes();
             let (at, len) = (slot as usize * tb, (seg_end - t) as usize * tb);
-            // SAFETY (both arms): per the caller's guarantee the slots of
+            // SAFETY (all arms): per the caller's guarantee the slots of
             // t..seg_end are neither viewed by the consumer nor written by
             // anyone else.
-            match self.decode {
-                Some(enc) => {
+            match (&self.reuse, self.decode) {
+                (Some(reuse), _) => {
+                    let out = unsafe { self.ring.slice_mut(at, len) };
+                    self.read_reusing(&ctx, &mut lock(reuse), t, seg_end, &rows, out)?;
+                }
+                (None, Some(enc)) => {
                     let out = unsafe { self.ring.slice_mut_f32(at, len / 4) };
                     ctx.read_f32(self.table, &rows, enc, out)?;
                 }
-                None => ctx.read(self.table, &rows, unsafe { self.ring.slice_mut(at, len) })?,
+                (None, None) => {
+                    ctx.read(self.table, &rows, unsafe { self.ring.slice_mut(at, len) })?
+                }
             }
             t = seg_end;
         }
+        Ok(())
+    }
+
+    /// Reads `rows` into `out` in the delivered format: raw bytes, or f32
+    /// values as native-endian bytes (the ring's f32 views read them back).
+    fn read_delivered(&self, ctx: &ReadCtx<'_>, rows: &[u32], out: &mut [u8]) -> Result<()> {
+        match self.decode {
+            Some(enc) => {
+                let mut values = vec![0f32; rows.len() * ROW_DIM];
+                ctx.read_f32(self.table, rows, enc, &mut values)?;
+                for (dst, v) in out.chunks_exact_mut(4).zip(&values) {
+                    dst.copy_from_slice(&v.to_ne_bytes());
+                }
+                Ok(())
+            }
+            None => ctx.read(self.table, rows, out),
+        }
+    }
+
+    /// Fills `out` with the rows of tokens `first..end` (`rows`): those in
+    /// the reuse store are copied from it, the rest read in one call; then
+    /// each row's last occurrence in the range goes to the store with its
+    /// next use.
+    fn read_reusing(
+        &self,
+        ctx: &ReadCtx<'_>,
+        reuse: &mut Reuse,
+        first: u32,
+        end: u32,
+        rows: &[u32],
+        out: &mut [u8],
+    ) -> Result<()> {
+        let rb = self.row_bytes;
+        let mut missing = Vec::new();
+        let mut missing_at = Vec::new();
+        for (i, &row) in rows.iter().enumerate() {
+            match reuse.store.get(row) {
+                Some(bytes) => out[i * rb..(i + 1) * rb].copy_from_slice(bytes),
+                None => {
+                    missing.push(row);
+                    missing_at.push(i);
+                }
+            }
+        }
+        let hits = rows.len() - missing.len();
+        if hits == 0 {
+            self.read_delivered(ctx, rows, out)?;
+        } else if !missing.is_empty() {
+            let mut read = vec![0u8; missing.len() * rb];
+            self.read_delivered(ctx, &missing, &mut read)?;
+            for (src, &i) in read.chunks_exact(rb).zip(&missing_at) {
+                out[i * rb..(i + 1) * rb].copy_from_slice(src);
+            }
+        }
+        let base = first as usize * self.cols;
+        for (i, &row) in rows.iter().enumerate() {
+            // An earlier occurrence whose next use is inside the range is
+            // superseded by that later one.
+            let next = reuse.next[base + i];
+            if next >= end {
+                reuse.store.update(row, next, &out[i * rb..(i + 1) * rb]);
+            }
+        }
+        self.stats.record_reuse(ctx.phase, self.table, hits as u64);
         Ok(())
     }
 }
@@ -177,9 +267,31 @@ impl PrefillCore {
         }
     }
 
+    /// Rank of the batch of `table` starting at `start` (lowest first):
+    /// a table the consumer is blocked on; then an urgent table (its
+    /// consumer has waited on it and the reader is less than `urgent_lead`
+    /// tokens ahead), earliest tokens first; then the lowest table.
+    ///
+    /// Why not earliest tokens first everywhere: when the consumer goes
+    /// through every token at one layer before the next (a layer sweep),
+    /// table 1 is needed only at its layer, long after table 0; splitting the
+    /// device between them doubles table 0's stall. The lower table's layer
+    /// comes first, so it goes first until a consumer shows, by waiting,
+    /// that it needs another table soon.
+    fn rank(&self, table: usize, start: u32) -> (u32, u32, u32) {
+        let job = &self.jobs[table];
+        if job.waited_on.load(Ordering::Relaxed) {
+            return (0, start, table as u32);
+        }
+        let lead = start.saturating_sub(job.consumed.load(Ordering::Relaxed));
+        if job.consumer_started.load(Ordering::Relaxed) && lead < self.plan.urgent_lead {
+            return (1, start, table as u32);
+        }
+        (2, 0, table as u32)
+    }
+
     /// Queues the most urgent batches the limits allow: a table not busy,
-    /// with ring room, preferring a table a consumer is blocked on, then the
-    /// earliest tokens, then the lower table.
+    /// with ring room, by [`PrefillCore::rank`].
     fn try_schedule(self: &Arc<Self>) {
         // Tasks are submitted after the lock is released: a pool that is
         // shutting down abandons a task at once, and abandoning takes it.
@@ -200,10 +312,7 @@ impl PrefillCore {
                         let end = self.batch_end(start).min(limit).min(self.plan.tokens);
                         (end > start).then_some((job.table, start, end))
                     })
-                    .min_by_key(|&(table, start, _)| {
-                        let waited = self.jobs[table].waited_on.load(Ordering::Relaxed);
-                        (!waited, start, table)
-                    });
+                    .min_by_key(|&(table, start, _)| self.rank(table, start));
                 let Some((table, start, end)) = candidate else {
                     break; // done, or parked until the consumer frees ring room
                 };
@@ -301,9 +410,7 @@ impl Task for ChunkTask {
     }
 
     fn urgency(&self) -> (u32, u32, u32) {
-        let job = &self.core.jobs[self.table];
-        let waited = u32::from(!job.waited_on.load(Ordering::Relaxed));
-        (waited, self.start, self.table as u32)
+        self.core.rank(self.table, self.start)
     }
 }
 
@@ -361,6 +468,9 @@ impl<'s> Prefill<'s> {
                     ready: Ready::new(),
                     released: AtomicU32::new(0),
                     waited_on: AtomicBool::new(false),
+                    consumer_started: AtomicBool::new(false),
+                    consumed: AtomicU32::new(0),
+                    reuse: reuse_for(&setup, table, row_bytes),
                     source: setup.source.clone(),
                     stats: setup.stats.clone(),
                 }
@@ -424,6 +534,8 @@ impl<'s> Prefill<'s> {
         }
         // Release the previous view's slots, then let the reader use them.
         job.released.store(from, Ordering::Release);
+        job.consumed.store(upto, Ordering::Relaxed);
+        job.consumer_started.store(true, Ordering::Relaxed);
         let started = Instant::now();
         let result = match core.plan.mode {
             Mode::Overlap => {
@@ -521,6 +633,23 @@ impl Drop for Prefill<'_> {
         self.core.cancel_and_join();
         self.record_token_totals();
     }
+}
+
+/// The reuse store of `table`, with the next use of each of its row
+/// occurrences; `None` when reuse is off or cannot help (one batch).
+fn reuse_for(setup: &PrefillSetup<'_>, table: usize, row_bytes: usize) -> Option<Mutex<Reuse>> {
+    let plan = setup.plan;
+    if plan.whole_table || plan.tokens <= plan.first_chunk {
+        return None;
+    }
+    let store = ReuseStore::new(plan.reuse_bytes, row_bytes)?;
+    let (tables, cols) = (setup.cols.len(), setup.cols[0]);
+    let ids = &setup.ids;
+    let next = next_uses(plan.tokens as usize * cols, cols, |i| {
+        let (token, col) = (i / cols, i % cols);
+        ids[token * tables * cols + table * cols + col]
+    });
+    Some(Mutex::new(Reuse { store, next }))
 }
 
 fn blocking_wait(core: &Arc<PrefillCore>, job: &TableJob, target: u32) -> Result<()> {
