@@ -13,7 +13,8 @@ use engram::io::fault::{FaultPlan, FaultSource};
 use engram::io::{open_source, Backend, IoConfig, RowSource};
 use engram::layout::Layout;
 use engram::model::{synth, Model, NoProgress};
-use engram::prefetch::{Engine, PrefetchConfig, RowFormat};
+use engram::prefetch::{Engine, PrefetchConfig, RowFormat, RowsView};
+use engram::stats::TableStats;
 use engram::Error;
 use prefetch_util::{tiny_layout, within};
 
@@ -47,6 +48,31 @@ fn config(format: RowFormat) -> PrefetchConfig {
     }
 }
 
+/// Checks that `view` (of `table`; the prompt's row ids `ids`) holds what
+/// `model`'s own synchronous reads give, bit for bit, raw or f32.
+fn assert_view_matches(model: &Model, ids: &[u32], table: usize, view: &RowsView<'_>) {
+    let from = view.first_token();
+    let to = from as usize + view.len();
+    let rows: Vec<u64> = (from as usize..to)
+        .flat_map(|t| (0..4).map(move |c| u64::from(ids[t * 8 + table * 4 + c])))
+        .collect();
+    if view.is_f32() {
+        let mut values = Vec::new();
+        model.read_rows_f32(table, &rows, &mut values).unwrap();
+        let got = view.to_f32_vec();
+        assert!(
+            got.iter()
+                .map(|v| v.to_bits())
+                .eq(values.iter().map(|v| v.to_bits())),
+            "table {table} tokens {from}..{to} (f32)"
+        );
+    } else {
+        let mut raw = Vec::new();
+        model.read_raw_rows(table, &rows, &mut raw).unwrap();
+        assert!(view.to_vec() == raw, "table {table} tokens {from}..{to}");
+    }
+}
+
 /// Prefill + decode through `engine`, checked against `model`'s preads.
 fn check_against_model(engine: Engine, model: Model) {
     within(LIMIT, move || {
@@ -54,34 +80,13 @@ fn check_against_model(engine: Engine, model: Model) {
         let mut seq = engine.sequence();
         let ids = seq.row_ids(&tokens, None).unwrap();
         let f32_rows = engine.config().format == RowFormat::F32;
-        let expect = |table: usize, from: usize, to: usize| -> (Vec<u8>, Vec<f32>) {
-            let rows: Vec<u64> = (from..to)
-                .flat_map(|t| (0..4).map(move |c| (t, c)))
-                .map(|(t, c)| u64::from(ids[t * 8 + table * 4 + c]))
-                .collect();
-            let mut raw = Vec::new();
-            model.read_raw_rows(table, &rows, &mut raw).unwrap();
-            let mut values = Vec::new();
-            model.read_rows_f32(table, &rows, &mut values).unwrap();
-            (raw, values)
-        };
         let mut prefill = seq.prefill(&tokens, None).unwrap();
         let mut upto = 0;
         while upto < 300 {
-            let from = upto;
             upto = (upto + 50).min(300);
             for table in 0..2 {
                 let view = prefill.wait(table, upto).unwrap();
-                let (raw, values) = expect(table, from as usize, upto as usize);
-                if f32_rows {
-                    let got = view.to_f32_vec();
-                    assert!(got
-                        .iter()
-                        .map(|v| v.to_bits())
-                        .eq(values.iter().map(|v| v.to_bits())));
-                } else {
-                    assert!(view.to_vec() == raw, "table {table} {from}..{upto}");
-                }
+                assert_view_matches(&model, &ids, table, &view);
             }
         }
         drop(prefill);
@@ -206,6 +211,24 @@ fn session_cache_serves_repeated_rows_and_hints() {
 fn device_errors_from_the_fault_source_reach_the_waiter() {
     let dir = tempfile::tempdir().unwrap();
     let model = write_model(dir.path(), Encoding::E4m3E8m0Row264);
+    let tokens = prompt(600);
+    // Expected rows; each run gets a fresh copy of the (deterministic)
+    // model, as truncation changes the file.
+    let ids = engine_for(&model)
+        .sequence()
+        .row_ids(&tokens, None)
+        .unwrap();
+    let expected: Vec<Vec<u8>> = (0..2)
+        .map(|table| {
+            let rows: Vec<u64> = (0..600)
+                .flat_map(|t| (0..4).map(move |c| (t, c)))
+                .map(|(t, c)| u64::from(ids[t * 8 + table * 4 + c]))
+                .collect();
+            let mut raw = Vec::new();
+            model.read_raw_rows(table, &rows, &mut raw).unwrap();
+            raw
+        })
+        .collect();
     for plan in [
         FaultPlan {
             eio_at_read: Some(40),
@@ -216,37 +239,117 @@ fn device_errors_from_the_fault_source_reach_the_waiter() {
             ..FaultPlan::default()
         },
     ] {
-        let source = FaultSource::open(&model.tables, &IoConfig::default(), plan.clone()).unwrap();
-        let engine = Engine::for_model(&model, Arc::new(source), config(RowFormat::Raw)).unwrap();
-        let model = model.clone();
-        within(LIMIT, move || {
-            let tokens = prompt(600);
-            let mut seq = engine.sequence();
-            let mut prefill = seq.prefill(&tokens, None).unwrap();
-            let mut failure = None;
-            'outer: for upto in (60..=600).step_by(60) {
-                for table in 0..2 {
-                    if let Err(e) = prefill.wait(table, upto) {
-                        failure = Some(e);
-                        break 'outer;
+        // Reuse off, evicting constantly, and the default store: rows served
+        // before the fault are the model's, and the fault still names its row.
+        for reuse_bytes in [0, 3 * 264, PrefetchConfig::default().reuse_bytes] {
+            let copy = tempfile::tempdir().unwrap();
+            let model = write_model(copy.path(), Encoding::E4m3E8m0Row264);
+            let source =
+                FaultSource::open(&model.tables, &IoConfig::default(), plan.clone()).unwrap();
+            let config = PrefetchConfig {
+                reuse_bytes,
+                ..config(RowFormat::Raw)
+            };
+            let engine = Engine::for_model(&model, Arc::new(source), config).unwrap();
+            let plan = plan.clone();
+            let (tokens, expected) = (tokens.clone(), expected.clone());
+            within(LIMIT, move || {
+                let mut seq = engine.sequence();
+                let mut prefill = seq.prefill(&tokens, None).unwrap();
+                let mut failure = None;
+                'outer: for upto in (60..=600).step_by(60) {
+                    for (table, expected) in expected.iter().enumerate() {
+                        match prefill.wait(table, upto) {
+                            Ok(view) => {
+                                let token_bytes = 4 * 264;
+                                let from = view.first_token() as usize * token_bytes;
+                                let to = upto as usize * token_bytes;
+                                assert!(view.to_vec() == expected[from..to]);
+                            }
+                            Err(e) => {
+                                failure = Some(e);
+                                break 'outer;
+                            }
+                        }
                     }
                 }
-            }
-            match failure.expect("a fault must surface at a wait") {
-                Error::RowRead {
-                    table,
-                    row,
-                    offset,
-                    file,
-                    ..
-                } => {
-                    let loc = &model.tables[table];
-                    assert_eq!(file, loc.file);
-                    assert!(offset >= loc.offset && offset < loc.offset + loc.rows * 264 + 4096);
-                    assert!(row < loc.rows);
+                match failure.expect("a fault must surface at a wait") {
+                    Error::RowRead {
+                        table,
+                        row,
+                        offset,
+                        file,
+                        ..
+                    } => {
+                        let loc = &model.tables[table];
+                        assert_eq!(file, loc.file);
+                        assert!(
+                            offset >= loc.offset && offset < loc.offset + loc.rows * 264 + 4096
+                        );
+                        assert!(row < loc.rows);
+                    }
+                    other => panic!("expected RowRead for {plan:?}, got {other}"),
                 }
-                other => panic!("expected RowRead for {plan:?}, got {other}"),
+            });
+        }
+    }
+}
+
+/// One prefill of `tokens` through `engine`, every view checked against
+/// `model`; returns table 0's prefill stats.
+/// A plain engine over `model` (for row ids).
+fn engine_for(model: &Model) -> Engine {
+    let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
+    Engine::for_model(model, opened.source, config(RowFormat::Raw)).unwrap()
+}
+
+fn prefill_checked(engine: &Engine, model: &Model, tokens: &[u32], step: u32) -> TableStats {
+    let mut seq = engine.sequence();
+    let ids = seq.row_ids(tokens, None).unwrap();
+    let n = tokens.len() as u32;
+    {
+        let mut prefill = seq.prefill(tokens, None).unwrap();
+        let mut upto = 0;
+        while upto < n {
+            upto = (upto + step).min(n);
+            for table in 0..2 {
+                let view = prefill.wait(table, upto).unwrap();
+                assert_view_matches(model, &ids, table, &view);
             }
-        });
+        }
+    }
+    seq.stats().prefill.tables[0].clone()
+}
+
+#[test]
+fn reuse_store_rows_match_model_reads_with_eviction() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path(), Encoding::E4m3E8m0Row264);
+    let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
+    let tokens = prompt(600);
+    for format in [RowFormat::Raw, RowFormat::F32] {
+        let row = if format == RowFormat::F32 {
+            ROW_DIM as u64 * 4
+        } else {
+            264
+        };
+        // Off, a few rows (constant eviction), some, and the whole prompt.
+        let mut hits = Vec::new();
+        for budget_rows in [0, 3, 40, 1 << 14] {
+            let config = PrefetchConfig {
+                reuse_bytes: budget_rows * row,
+                ..config(format)
+            };
+            let engine = Engine::for_model(&model, opened.source.clone(), config).unwrap();
+            let (model, tokens) = (model.clone(), tokens.clone());
+            let t0 = within(LIMIT, move || prefill_checked(&engine, &model, &tokens, 50));
+            assert_eq!(t0.rows_requested + t0.reuse_hits, 600 * 4, "{t0:?}");
+            hits.push(t0.reuse_hits);
+        }
+        assert_eq!(hits[0], 0, "{format:?}: reuse off");
+        assert!(
+            0 < hits[1] && hits[1] < hits[2] && hits[2] < hits[3],
+            "{format:?}: hits grow with the budget: {hits:?}"
+        );
     }
 }
