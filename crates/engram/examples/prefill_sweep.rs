@@ -13,7 +13,9 @@
 //!   are not replayed; compute below counts all 43.
 //! - `chunk` sweep: each 512-token ubatch goes through all 43 layers.
 //!
-//! Schedules: `overlap` (the library's prefill, default config) and `ds4`
+//! Schedules: `overlap` (the library's prefill, default config), `dry`
+//! (the same over a source of zero rows and no compute: counts rows read and
+//! reused in a second, to choose `--reuse-mb`), and `ds4`
 //! (emulated here: table 0 read for the whole prompt from before layer 0,
 //! table 1 from layer 2, one reader per table, 2,048-token chunks each read
 //! in one `read_rows` call (so dedup within the chunk), a whole-prompt
@@ -141,13 +143,17 @@ fn prompt_tokens(n: usize) -> Result<(Vec<u32>, usize)> {
     Ok((tokens, source.len()))
 }
 
-/// Blocks for each layer's time against absolute deadlines.
+/// Blocks for each layer's time against absolute deadlines (unless dry).
 struct Clock {
     deadline: Instant,
+    dry: bool,
 }
 
 impl Clock {
     fn layer(&mut self, tokens: u32) {
+        if self.dry {
+            return;
+        }
         self.deadline = self.deadline.max(Instant::now()) + PER_TOKEN_LAYER * tokens;
         let now = Instant::now();
         if self.deadline > now {
@@ -171,10 +177,18 @@ impl Rows for Prefill<'_> {
 }
 
 /// Replays one sweep; returns the stall per table.
-fn sweep(rows: &mut dyn Rows, sweep: &str, n: u32, engram_layers: [u32; 2]) -> Result<[f64; 2]> {
+fn sweep(
+    rows: &mut dyn Rows,
+    sweep: &str,
+    n: u32,
+    layers: [u32; 2],
+    dry: bool,
+) -> Result<[f64; 2]> {
+    let engram_layers = layers;
     let mut stall = [0f64; 2];
     let mut clock = Clock {
         deadline: Instant::now(),
+        dry,
     };
     let mut step = |rows: &mut dyn Rows, layer: u32, from: u32, to: u32| -> Result<()> {
         for (table, &l) in engram_layers.iter().enumerate() {
@@ -279,6 +293,43 @@ impl Rows for Ds4 {
     }
 }
 
+/// Rows of zero bytes (valid E4M3 rows), served at once.
+struct ZeroRows {
+    rows: Vec<u64>,
+}
+
+impl RowSource for ZeroRows {
+    fn name(&self) -> String {
+        "zero".into()
+    }
+    fn tables(&self) -> usize {
+        self.rows.len()
+    }
+    fn table_rows(&self, table: usize) -> u64 {
+        self.rows[table]
+    }
+    fn row_bytes(&self, _table: usize) -> usize {
+        Encoding::E4m3E8m0Row264.row_bytes()
+    }
+    fn read_rows_at(
+        &self,
+        _table: usize,
+        rows: &[u32],
+        out: &mut [u8],
+        _priority: engram::io::Priority,
+    ) -> Result<engram::io::BatchStats> {
+        out.fill(0);
+        let mut unique = rows.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        Ok(engram::io::BatchStats {
+            rows_requested: rows.len() as u64,
+            rows_unique: unique.len() as u64,
+            ..Default::default()
+        })
+    }
+}
+
 /// Peak RSS since the last reset, MB.
 fn peak_rss_mb() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -296,7 +347,8 @@ fn reset_peak_rss() {
 struct Outcome {
     stall: [f64; 2],
     rss_mb: f64,
-    /// Row ids asked of storage, and served by the reuse store, table 0.
+    /// Table 0: distinct row ids per source call, summed (rows read from
+    /// storage), and row ids served by the reuse store.
     rows_read: u64,
     reuse_hits: u64,
 }
@@ -312,7 +364,15 @@ fn run(m: &Model, a: &Args, schedule: &str, sweep_name: &str, tokens: &[u32]) ->
     if let Some(mb) = a.reuse_mb {
         config.reuse_bytes = mb << 20; // new-api
     }
-    let engine = Engine::for_model(m, opened.source.clone(), config)?;
+    let dry = schedule == "dry";
+    let source: Arc<dyn RowSource> = if dry {
+        Arc::new(ZeroRows {
+            rows: m.tables.iter().map(|t| t.rows).collect(),
+        })
+    } else {
+        opened.source.clone()
+    };
+    let engine = Engine::for_model(m, source, config)?;
     let mut seq: Sequence = engine.sequence();
     if schedule == "ds4" {
         let ids = Arc::new(seq.row_ids(tokens, None)?);
@@ -325,7 +385,7 @@ fn run(m: &Model, a: &Args, schedule: &str, sweep_name: &str, tokens: &[u32]) ->
             cols: seq.rows_per_token(),
         };
         ds4.start_table(0);
-        let stall = sweep(&mut ds4, sweep_name, n, layers)?;
+        let stall = sweep(&mut ds4, sweep_name, n, layers, false)?;
         let rss_mb = peak_rss_mb();
         ds4.join()?;
         return Ok(Outcome {
@@ -337,7 +397,7 @@ fn run(m: &Model, a: &Args, schedule: &str, sweep_name: &str, tokens: &[u32]) ->
     }
     let stall = {
         let mut prefill = seq.prefill(tokens, None)?;
-        sweep(&mut prefill, sweep_name, n, layers)?
+        sweep(&mut prefill, sweep_name, n, layers, dry)?
     };
     let rss_mb = peak_rss_mb();
     // Read through JSON so the example also builds against a library
@@ -348,7 +408,7 @@ fn run(m: &Model, a: &Args, schedule: &str, sweep_name: &str, tokens: &[u32]) ->
     Ok(Outcome {
         stall,
         rss_mb,
-        rows_read: t0["rows_requested"].as_u64().unwrap_or(0),
+        rows_read: t0["rows_unique"].as_u64().unwrap_or(0),
         reuse_hits: t0["reuse_hits"].as_u64().unwrap_or(0),
     })
 }

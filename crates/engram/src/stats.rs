@@ -74,6 +74,11 @@ pub struct TableStats {
     /// consumer asked for are `rows_requested + reuse_hits`).
     #[serde(default)]
     pub reuse_hits: u64,
+    /// Row ids a prefill read ahead into its reuse store (tokens past its
+    /// ring, while the ring was full); counted in `rows_requested` too, so
+    /// the consumer's rows are `rows_requested - ahead_rows + reuse_hits`.
+    #[serde(default)]
+    pub ahead_rows: u64,
     /// Reads issued to storage.
     pub reads_issued: u64,
     /// Bytes read from storage.
@@ -130,6 +135,7 @@ struct TableRecord {
     stall_total_ns: u64,
     stall_per_token: Histogram<u64>,
     reuse_hits: u64,
+    ahead_rows: u64,
     io: BatchStatsTotals,
 }
 
@@ -184,6 +190,7 @@ impl StatsRecorder {
                     stall_total_ns: 0,
                     stall_per_token: histogram(),
                     reuse_hits: 0,
+                    ahead_rows: 0,
                     io: BatchStatsTotals::default(),
                 })
                 .collect(),
@@ -231,6 +238,16 @@ impl StatsRecorder {
         self.with_phase(phase, |p| {
             if let Some(t) = p.tables.get_mut(table) {
                 t.reuse_hits += rows;
+            }
+        });
+    }
+
+    /// Records `rows` row ids of `table` read ahead into a prefill's reuse
+    /// store.
+    pub fn record_ahead(&self, phase: Phase, table: usize, rows: u64) {
+        self.with_phase(phase, |p| {
+            if let Some(t) = p.tables.get_mut(table) {
+                t.ahead_rows += rows;
             }
         });
     }
@@ -285,6 +302,7 @@ fn phase_stats(r: &PhaseRecord) -> PhaseStats {
                 rows_unique: t.io.rows_unique,
                 cache_hits: t.io.cache_hits,
                 reuse_hits: t.reuse_hits,
+                ahead_rows: t.ahead_rows,
                 reads_issued: t.io.reads_issued,
                 bytes_read: t.io.bytes_read,
                 batches: t.io.batches,

@@ -13,14 +13,22 @@
 //! Reads go out in batches of `read_batch_tokens` tokens (the first one of
 //! `first_chunk_tokens`), aligned to multiples of the batch so batch ends
 //! meet the consumer's usual wait points, and each batch is published as it
-//! completes. A prefill keeps at most `prefill_batches_in_flight` batches in
-//! flight (one per table at most, so each table publishes in order) and
-//! picks the next by when the consumer needs it: a table a consumer is
-//! blocked on first, then the earliest tokens, then table 0 (its layer comes
-//! first). With one batch in flight the device serves table 0's rows for a
-//! ubatch before table 1's, instead of splitting its bandwidth between a
-//! table needed now and one needed 13 layers later; the batch itself keeps
-//! the device queue full.
+//! completes. The source dedups within one batch; across the prompt, each
+//! table has a reuse store ([`super::reuse`], `reuse_bytes`): all row ids
+//! are known at the start, so each occurrence's next use is too, and rows
+//! that later tokens need again are kept (Belady eviction) and copied from
+//! the store instead of read again.
+//!
+//! A prefill keeps at most `prefill_batches_in_flight` batches in flight
+//! (one per table at most, so each table publishes in order) and picks the
+//! next by [`PrefillCore::rank`]: a table a consumer is blocked on; then a
+//! table whose consumer has waited before and whose reader is less than one
+//! ring chunk ahead of it (earliest tokens first); then the lowest table
+//! with ring room. So when every token goes through a layer before the next
+//! one (a layer sweep), table 0 gets the whole device until its ring is full
+//! and table 1 reads only with what is left until its layer is reached;
+//! when ubatches go through all layers (a chunk sweep), table 1 becomes
+//! urgent after its first wait and stays a little ahead from then on.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -73,6 +81,9 @@ pub(crate) struct Plan {
 struct Sched {
     /// Per table: the first token not yet scheduled.
     next: Vec<u32>,
+    /// Per table: the first token whose rows were not yet read ahead into
+    /// the reuse store (tokens past the ring; see [`Kind::Ahead`]).
+    ahead: Vec<u32>,
     /// Per table: a batch is queued or running.
     busy: Vec<bool>,
     /// Per table: a batch failed (its waiters get the error; the other
@@ -192,6 +203,65 @@ impl TableJob {
         Ok(())
     }
 
+    /// Reads the rows of tokens `start..end` that the reuse store lacks into
+    /// it, each keyed by its first use in the range (as many as it has free
+    /// slots for, earliest first).
+    ///
+    /// Caller guarantees no other reader of this job runs (the table is
+    /// busy with this batch), so the store does not change between the two
+    /// locks.
+    fn read_ahead(&self, start: u32, end: u32) -> Result<()> {
+        let Some(reuse) = &self.reuse else {
+            return Ok(());
+        };
+        let first_uses = self.first_uses(start, end);
+        let (rows, tokens): (Vec<u32>, Vec<u32>) = {
+            let reuse = lock(reuse);
+            first_uses
+                .into_iter()
+                .filter(|&(_, row)| !reuse.store.contains(row))
+                .take(reuse.store.free_slots())
+                .map(|(token, row)| (row, token))
+                .unzip()
+        };
+        let ctx = ReadCtx {
+            source: &self.source,
+            stats: &self.stats,
+            phase: Phase::Prefill,
+            priority: Priority::Demand,
+            batch: self.plan.batch,
+        };
+        let mut read = vec![0u8; rows.len() * self.row_bytes];
+        self.read_delivered(&ctx, &rows, &mut read)?;
+        self.stats
+            .record_ahead(Phase::Prefill, self.table, rows.len() as u64);
+        let mut reuse = lock(reuse);
+        for ((&row, &token), bytes) in rows
+            .iter()
+            .zip(&tokens)
+            .zip(read.chunks_exact(self.row_bytes))
+        {
+            reuse.store.update(row, token, bytes);
+        }
+        Ok(())
+    }
+
+    /// (token, row) of the first occurrence of each distinct row of tokens
+    /// `start..end`, by token.
+    fn first_uses(&self, start: u32, end: u32) -> Vec<(u32, u32)> {
+        let cols = self.cols as u32;
+        let mut uses: Vec<(u32, u32)> = self
+            .row_ids(start, end)
+            .into_iter()
+            .enumerate()
+            .map(|(i, row)| (start + i as u32 / cols, row))
+            .collect();
+        uses.sort_unstable_by_key(|&(token, row)| (row, token));
+        uses.dedup_by_key(|&mut (_, row)| row);
+        uses.sort_unstable();
+        uses
+    }
+
     /// Reads `rows` into `out` in the delivered format: raw bytes, or f32
     /// values as native-endian bytes (the ring's f32 views read them back).
     fn read_delivered(&self, ctx: &ReadCtx<'_>, rows: &[u32], out: &mut [u8]) -> Result<()> {
@@ -278,8 +348,13 @@ impl PrefillCore {
     /// device between them doubles table 0's stall. The lower table's layer
     /// comes first, so it goes first until a consumer shows, by waiting,
     /// that it needs another table soon.
-    fn rank(&self, table: usize, start: u32) -> (u32, u32, u32) {
+    fn rank(&self, table: usize, start: u32, kind: Kind) -> (u32, u32, u32) {
         let job = &self.jobs[table];
+        if kind == Kind::Ahead {
+            // Only when the table's ring is full: after its ring reads,
+            // before the next table's.
+            return (2, 2 * table as u32 + 1, start);
+        }
         if job.waited_on.load(Ordering::Relaxed) {
             return (0, start, table as u32);
         }
@@ -287,7 +362,30 @@ impl PrefillCore {
         if job.consumer_started.load(Ordering::Relaxed) && lead < self.plan.urgent_lead {
             return (1, start, table as u32);
         }
-        (2, 0, table as u32)
+        (2, 2 * table as u32, start)
+    }
+
+    /// The next batch of `job`: ring tokens if its ring has room, else
+    /// tokens past the ring to read ahead into its reuse store while that
+    /// has room for a whole batch of rows.
+    fn next_batch(&self, s: &Sched, job: &TableJob) -> Option<(Kind, u32, u32)> {
+        let table = job.table;
+        let start = s.next[table];
+        let limit = job
+            .released
+            .load(Ordering::Acquire)
+            .saturating_add(self.plan.ring_tokens);
+        let end = self.batch_end(start).min(limit).min(self.plan.tokens);
+        if end > start {
+            return Some((Kind::Ring, start, end));
+        }
+        let reuse = job.reuse.as_ref()?;
+        let from = s.ahead[table].max(start);
+        let to = from
+            .saturating_add(self.plan.read_batch)
+            .min(self.plan.tokens);
+        let rows = (to.saturating_sub(from)) as usize * job.cols;
+        (to > from && lock(reuse).store.free_slots() >= rows).then_some((Kind::Ahead, from, to))
     }
 
     /// Queues the most urgent batches the limits allow: a table not busy,
@@ -303,26 +401,22 @@ impl PrefillCore {
                     .jobs
                     .iter()
                     .filter(|job| !s.busy[job.table] && !s.failed[job.table])
-                    .filter_map(|job| {
-                        let start = s.next[job.table];
-                        let limit = job
-                            .released
-                            .load(Ordering::Acquire)
-                            .saturating_add(self.plan.ring_tokens);
-                        let end = self.batch_end(start).min(limit).min(self.plan.tokens);
-                        (end > start).then_some((job.table, start, end))
-                    })
-                    .min_by_key(|&(table, start, _)| self.rank(table, start));
-                let Some((table, start, end)) = candidate else {
+                    .filter_map(|job| Some((job.table, self.next_batch(&s, job)?)))
+                    .min_by_key(|&(table, (kind, start, _))| self.rank(table, start, kind));
+                let Some((table, (kind, start, end))) = candidate else {
                     break; // done, or parked until the consumer frees ring room
                 };
-                s.next[table] = end;
+                match kind {
+                    Kind::Ring => s.next[table] = end,
+                    Kind::Ahead => s.ahead[table] = end,
+                }
                 s.busy[table] = true;
                 s.in_flight += 1;
                 self.flight.enter();
                 ready.push(ChunkTask {
                     core: self.clone(),
                     table,
+                    kind,
                     start,
                     end,
                 });
@@ -333,14 +427,18 @@ impl PrefillCore {
         }
     }
 
-    fn finish_batch(self: &Arc<Self>, table: usize, result: Result<u32>) {
+    fn finish_batch(self: &Arc<Self>, table: usize, kind: Kind, result: Result<u32>) {
         let job = &self.jobs[table];
-        match result {
-            Ok(end) => job.ready.publish(end),
-            Err(e) => {
+        match (kind, result) {
+            (Kind::Ring, Ok(end)) => job.ready.publish(end),
+            (Kind::Ring, Err(e)) => {
                 lock(&self.sched).failed[table] = true;
                 job.ready.fail(e);
             }
+            (Kind::Ahead, Ok(_)) => {}
+            // Nobody waits on a read-ahead: stop reading ahead; the ring
+            // batch that needs the row reads it again and reports the error.
+            (Kind::Ahead, Err(_)) => lock(&self.sched).ahead[table] = self.plan.tokens,
         }
         {
             let mut s = lock(&self.sched);
@@ -362,9 +460,21 @@ impl PrefillCore {
     }
 }
 
+/// What a batch reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Tokens into their ring slots, published when done.
+    Ring,
+    /// Rows of tokens past the ring into the reuse store, when the ring is
+    /// full and the device would otherwise idle: the store's budget extends
+    /// how far the readers run ahead of the consumer.
+    Ahead,
+}
+
 struct ChunkTask {
     core: Arc<PrefillCore>,
     table: usize,
+    kind: Kind,
     start: u32,
     end: u32,
 }
@@ -374,16 +484,19 @@ impl Task for ChunkTask {
         let ChunkTask {
             core,
             table,
+            kind,
             start,
             end,
         } = *self;
         let job = &core.jobs[table];
         let result = if job.ready.is_cancelled() {
             Err(Error::Cancelled)
+        } else if kind == Kind::Ahead {
+            job.read_ahead(start, end).map(|()| end)
         } else {
             job.read_range(start, end, Phase::Prefill).map(|()| end)
         };
-        core.finish_batch(table, result);
+        core.finish_batch(table, kind, result);
         let flight = core.flight.clone();
         drop(core);
         flight.leave();
@@ -410,7 +523,7 @@ impl Task for ChunkTask {
     }
 
     fn urgency(&self) -> (u32, u32, u32) {
-        self.core.rank(self.table, self.start)
+        self.core.rank(self.table, self.start, self.kind)
     }
 }
 
@@ -482,6 +595,7 @@ impl<'s> Prefill<'s> {
             plan: setup.plan,
             sched: Mutex::new(Sched {
                 next: vec![0; tables],
+                ahead: vec![0; tables],
                 busy: vec![false; tables],
                 failed: vec![false; tables],
                 in_flight: 0,

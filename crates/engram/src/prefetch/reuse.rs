@@ -79,7 +79,9 @@ impl ReuseStore {
         }
         Some(ReuseStore {
             row_bytes,
-            slab: vec![0; slots * row_bytes],
+            // Written now (not lazily zero-mapped), so the process holds
+            // the whole budget from the start whatever the prompt length.
+            slab: vec![0xA5; slots * row_bytes],
             index: RowMap::with_capacity_and_hasher(slots, Default::default()),
             by_next_use: BTreeSet::new(),
             free: (0..slots as u32).rev().collect(),
@@ -97,6 +99,16 @@ impl ReuseStore {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.index.len()
+    }
+
+    /// Whether `row` is held.
+    pub(crate) fn contains(&self, row: u32) -> bool {
+        self.index.contains_key(&row)
+    }
+
+    /// Slots not holding a row.
+    pub(crate) fn free_slots(&self) -> usize {
+        self.free.len()
     }
 
     /// Records that `row` (its bytes `bytes`, just delivered) is next needed
