@@ -31,7 +31,9 @@
 //! ```
 //!
 //! Peak RSS is VmHWM from /proc/self/status, reset before each run by
-//! writing 5 to /proc/self/clear_refs (Linux).
+//! writing 5 to /proc/self/clear_refs (Linux). Runs in one process share
+//! the allocator's retained memory: for RSS, run one configuration per
+//! process (`--tokens N --sweep S --schedule X`).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -341,6 +343,13 @@ fn peak_rss_mb() -> f64 {
 }
 
 fn reset_peak_rss() {
+    // Hand freed heap (the tokenizer's, earlier runs') back to the kernel
+    // first, so it does not count in this run's peak.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free heap memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 

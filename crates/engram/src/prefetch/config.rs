@@ -3,7 +3,7 @@
 use crate::{Error, Result};
 
 /// Default `PrefetchConfig::reuse_bytes`.
-const DEFAULT_REUSE_BYTES: u64 = 32 << 20;
+const DEFAULT_REUSE_BYTES: u64 = 64 << 20;
 
 /// How rows are handed to the consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -38,10 +38,11 @@ pub struct PrefetchConfig {
     pub ring_chunks: u32,
     /// Bytes per table of a prefill's reuse store: rows already read that a
     /// later token of the same prompt needs again are kept (Belady eviction
-    /// by next use) and not read twice. Allocated at prefill start, whatever
+    /// by next use) and not read twice; while the ring is full, rows of
+    /// tokens past it are read ahead into the free part of the store. Allocated at prefill start, whatever
     /// the prompt length; rows are counted in the delivered format (f32 rows
     /// take 4x the bytes of raw ones). 0 turns whole-prompt dedup off
-    /// (default 32 MiB).
+    /// (default 64 MiB).
     pub reuse_bytes: u64,
     /// Prompts shorter than this are read synchronously at the wait, as the
     /// peers do (default 1,024).

@@ -17,7 +17,11 @@
 //! table has a reuse store ([`super::reuse`], `reuse_bytes`): all row ids
 //! are known at the start, so each occurrence's next use is too, and rows
 //! that later tokens need again are kept (Belady eviction) and copied from
-//! the store instead of read again.
+//! the store instead of read again. While a table's ring is full, its
+//! reader also reads the rows of tokens past the ring into the store (keyed
+//! by their first use) as long as the store has room for a whole batch: the
+//! store's fixed budget extends how far the reader runs ahead of the
+//! consumer, instead of leaving the device idle.
 //!
 //! A prefill keeps at most `prefill_batches_in_flight` batches in flight
 //! (one per table at most, so each table publishes in order) and picks the
