@@ -383,7 +383,7 @@ impl Sequence {
         Ok(Prefill::start(PrefillSetup {
             id: self.shared.ids(1),
             decode: &self.shared.decode,
-            ids: ids.into(),
+            ids: Arc::new(ids), // no copy: the ids of a long prompt are megabytes
             cols: &cols,
             plan,
             source: &self.shared.source,

@@ -121,7 +121,7 @@ pub(crate) struct TableJob {
     plan: Plan,
     /// Some: rows are decoded to f32 (`row_bytes` is then `ROW_DIM * 4`).
     decode: Option<Encoding>,
-    ids: Arc<[u32]>,
+    ids: Arc<Vec<u32>>,
     ring: RingBuf,
     ready: Ready,
     /// Tokens before this the consumer no longer holds (the reader may
@@ -554,7 +554,7 @@ pub(crate) struct PrefillSetup<'a> {
     pub id: u64,
     /// Per table: Some(encoding) to decode rows to f32.
     pub decode: &'a [Option<Encoding>],
-    pub ids: Arc<[u32]>,
+    pub ids: Arc<Vec<u32>>,
     pub cols: &'a [usize],
     pub plan: Plan,
     pub source: &'a Arc<dyn RowSource>,
