@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use super::pool::{PoolShared, Task};
 use super::read::ReadCtx;
 use super::ready::{InFlight, Ready};
-use super::reuse::{next_uses, ReuseStore};
+use super::reuse::{next_uses, NextUses, ReuseStore};
 use super::ring::RingBuf;
 use super::source::{Priority, RowSource};
 use super::sync::lock_std as lock;
@@ -144,7 +144,18 @@ pub(crate) struct TableJob {
 struct Reuse {
     store: ReuseStore,
     /// Per occurrence (token-major), the token that next uses its row.
-    next: Vec<u32>,
+    next: NextUses,
+    /// Buffer for the rows a batch reads, kept between batches: allocating
+    /// megabytes per batch on pool threads grows the allocator's retained
+    /// memory with the prompt.
+    scratch: Vec<u8>,
+}
+
+/// `buf` resized to `len` zero bytes, its allocation kept.
+fn sized(mut buf: Vec<u8>, len: usize) -> Vec<u8> {
+    buf.clear();
+    buf.resize(len, 0);
+    buf
 }
 
 impl TableJob {
@@ -219,14 +230,16 @@ impl TableJob {
             return Ok(());
         };
         let first_uses = self.first_uses(start, end);
-        let (rows, tokens): (Vec<u32>, Vec<u32>) = {
-            let reuse = lock(reuse);
-            first_uses
+        let (rows, tokens, scratch): (Vec<u32>, Vec<u32>, _) = {
+            let mut reuse = lock(reuse);
+            let scratch = std::mem::take(&mut reuse.scratch);
+            let (rows, tokens) = first_uses
                 .into_iter()
                 .filter(|&(_, row)| !reuse.store.contains(row))
                 .take(reuse.store.free_slots())
                 .map(|(token, row)| (row, token))
-                .unzip()
+                .unzip();
+            (rows, tokens, scratch)
         };
         let ctx = ReadCtx {
             source: &self.source,
@@ -235,7 +248,7 @@ impl TableJob {
             priority: Priority::Demand,
             batch: self.plan.batch,
         };
-        let mut read = vec![0u8; rows.len() * self.row_bytes];
+        let mut read = sized(scratch, rows.len() * self.row_bytes);
         self.read_delivered(&ctx, &rows, &mut read)?;
         self.stats
             .record_ahead(Phase::Prefill, self.table, rows.len() as u64);
@@ -247,6 +260,7 @@ impl TableJob {
         {
             reuse.store.update(row, token, bytes);
         }
+        reuse.scratch = read;
         Ok(())
     }
 
@@ -311,17 +325,18 @@ impl TableJob {
         if hits == 0 {
             self.read_delivered(ctx, rows, out)?;
         } else if !missing.is_empty() {
-            let mut read = vec![0u8; missing.len() * rb];
+            let mut read = sized(std::mem::take(&mut reuse.scratch), missing.len() * rb);
             self.read_delivered(ctx, &missing, &mut read)?;
             for (src, &i) in read.chunks_exact(rb).zip(&missing_at) {
                 out[i * rb..(i + 1) * rb].copy_from_slice(src);
             }
+            reuse.scratch = read;
         }
         let base = first as usize * self.cols;
         for (i, &row) in rows.iter().enumerate() {
             // An earlier occurrence whose next use is inside the range is
             // superseded by that later one.
-            let next = reuse.next[base + i];
+            let next = reuse.next.get(base + i);
             if next >= end {
                 reuse.store.update(row, next, &out[i * rb..(i + 1) * rb]);
             }
@@ -767,7 +782,11 @@ fn reuse_for(setup: &PrefillSetup<'_>, table: usize, row_bytes: usize) -> Option
         let (token, col) = (i / cols, i % cols);
         ids[token * tables * cols + table * cols + col]
     });
-    Some(Mutex::new(Reuse { store, next }))
+    Some(Mutex::new(Reuse {
+        store,
+        next,
+        scratch: Vec::new(),
+    }))
 }
 
 fn blocking_wait(core: &Arc<PrefillCore>, job: &TableJob, target: u32) -> Result<()> {

@@ -39,21 +39,44 @@ type RowMap<V> = HashMap<u32, V, BuildHasherDefault<RowIdHasher>>;
 pub(crate) const NEVER: u32 = u32::MAX;
 
 /// For each of `len` occurrences (token-major, `cols` rows per token; the
-/// row id of occurrence `i` is `row_at(i)`), the token of the next
-/// occurrence of the same row id, or [`NEVER`].
-pub(crate) fn next_uses(len: usize, cols: usize, row_at: impl Fn(usize) -> u32) -> Vec<u32> {
-    let mut next = vec![NEVER; len];
+/// row id of occurrence `i` is `row_at(i)`), how many tokens later the same
+/// row id occurs next ([`NextUses::get`] turns it back into a token).
+///
+/// Distances are kept in 16 bits, half the memory of a token index (the
+/// array is as long as the prompt): a row next needed 65,536 or more tokens
+/// later counts as not needed again. A fixed-budget store would evict it
+/// first anyway; at worst it is read once more.
+pub(crate) fn next_uses(len: usize, cols: usize, row_at: impl Fn(usize) -> u32) -> NextUses {
+    let cols = cols.max(1);
+    let mut distance = vec![0u16; len];
     let mut seen: RowMap<u32> = RowMap::default();
     for i in (0..len).rev() {
         let row = row_at(i);
         // Row ids of one table never repeat within a token (each column has
         // its own id range), so the next occurrence is in a later token.
-        let token = u32::try_from(i / cols.max(1)).unwrap_or(NEVER);
+        let token = u32::try_from(i / cols).unwrap_or(NEVER);
         if let Some(later) = seen.insert(row, token) {
-            next[i] = later;
+            distance[i] = u16::try_from(later - token).unwrap_or(0);
         }
     }
-    next
+    NextUses { distance, cols }
+}
+
+/// Next use of each row occurrence of a prompt (see [`next_uses`]).
+pub(crate) struct NextUses {
+    /// Tokens to the next occurrence; 0: none (or too far).
+    distance: Vec<u16>,
+    cols: usize,
+}
+
+impl NextUses {
+    /// Token of the next use of occurrence `i`, or [`NEVER`].
+    pub(crate) fn get(&self, i: usize) -> u32 {
+        match self.distance[i] {
+            0 => NEVER,
+            d => (i / self.cols) as u32 + u32::from(d),
+        }
+    }
 }
 
 /// Rows of one table kept for reuse, with a fixed byte budget.
@@ -164,7 +187,21 @@ mod tests {
         // 2 columns: tokens [5, 7], [6, 8], [5, 9], [6, 7]
         let rows = [5, 7, 6, 8, 5, 9, 6, 7];
         let next = next_uses(rows.len(), 2, |i| rows[i]);
-        assert_eq!(next, vec![2, 3, 3, NEVER, NEVER, NEVER, NEVER, NEVER]);
+        let got: Vec<u32> = (0..rows.len()).map(|i| next.get(i)).collect();
+        assert_eq!(got, vec![2, 3, 3, NEVER, NEVER, NEVER, NEVER, NEVER]);
+    }
+
+    #[test]
+    fn far_next_uses_count_as_never() {
+        // Row 1 at tokens 0 and 70,000; row 2 at tokens 1 and 65,535.
+        let at = |i: usize| match i {
+            0 | 70_000 => 1,
+            1 | 65_535 => 2,
+            _ => 3 + i as u32,
+        };
+        let next = next_uses(70_001, 1, at);
+        assert_eq!(next.get(0), NEVER);
+        assert_eq!(next.get(1), 65_535);
     }
 
     #[test]
