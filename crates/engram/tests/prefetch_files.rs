@@ -305,11 +305,28 @@ fn engine_for(model: &Model) -> Engine {
 }
 
 fn prefill_checked(engine: &Engine, model: &Model, tokens: &[u32], step: u32) -> TableStats {
+    prefill_checked_after(engine, model, tokens, step, Duration::ZERO)
+}
+
+/// [`prefill_checked`], the consumer first waiting for both rings to fill
+/// and then `settle` more (a slow first layer: time to read ahead).
+fn prefill_checked_after(
+    engine: &Engine,
+    model: &Model,
+    tokens: &[u32],
+    step: u32,
+    settle: Duration,
+) -> TableStats {
     let mut seq = engine.sequence();
     let ids = seq.row_ids(tokens, None).unwrap();
     let n = tokens.len() as u32;
     {
         let mut prefill = seq.prefill(tokens, None).unwrap();
+        let full = prefill.max_wait_tokens().min(n);
+        while !settle.is_zero() && (0..2).any(|t| prefill.ready_tokens(t) < Some(full)) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(settle);
         let mut upto = 0;
         while upto < n {
             upto = (upto + step).min(n);
@@ -358,5 +375,58 @@ fn reuse_store_rows_match_model_reads_with_eviction() {
             0 < hits[1] && hits[1] < hits[2] && hits[2] < hits[3],
             "{format:?}: hits grow with the budget: {hits:?}"
         );
+    }
+}
+
+/// The model's layout with tables of about 20K rows, so most rows past a
+/// short ring are new and reading ahead has work to do.
+fn wide_layout() -> Layout {
+    let mut layout = model_layout();
+    let primes = [[4999u32, 4993, 4987, 4973], [4969, 4967, 4957, 4951]];
+    for (table, primes) in layout.tables.iter_mut().zip(primes) {
+        let mut sum = 0;
+        table.offsets = primes
+            .iter()
+            .map(|&p| {
+                sum += p;
+                sum - p
+            })
+            .collect();
+        table.primes = primes.to_vec();
+        table.rows = u64::from(sum);
+    }
+    layout
+}
+
+#[test]
+fn rows_read_ahead_into_the_store_match_model_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wide.gguf");
+    let layout = wide_layout();
+    synth::write_gguf(&path, &layout, Encoding::E4m3E8m0Row264, 7, &NoProgress).unwrap();
+    let model = Model::open(&path).unwrap();
+    for format in [RowFormat::Raw, RowFormat::F32] {
+        let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
+        // A 32-token ring and a store of 4K rows: most of the prompt is
+        // read ahead while the consumer sits in its first layer.
+        let config = PrefetchConfig {
+            chunk_tokens: 16,
+            first_chunk_tokens: 8,
+            read_batch_tokens: 16,
+            ring_chunks: 2,
+            overlap_threshold: 0,
+            reuse_bytes: 4096 * if format == RowFormat::F32 { 1024 } else { 264 },
+            format,
+            ..PrefetchConfig::default()
+        };
+        let engine = Engine::for_model(&model, opened.source, config).unwrap();
+        let tokens: Vec<u32> = (0..400u32).map(|i| (i * 7919 + i / 3) % 50).collect();
+        let model = model.clone();
+        let t0 = within(LIMIT, move || {
+            prefill_checked_after(&engine, &model, &tokens, 16, Duration::from_millis(300))
+        });
+        assert!(t0.ahead_rows > 0, "{format:?}: {t0:?}");
+        let ring_rows = t0.rows_requested - t0.ahead_rows;
+        assert_eq!(ring_rows + t0.reuse_hits, 400 * 4, "{t0:?}");
     }
 }
