@@ -230,13 +230,15 @@ fn device_errors_from_the_fault_source_reach_the_waiter() {
             raw
         })
         .collect();
+    // Faults early enough to land even when whole-prompt dedup leaves few
+    // preads (rows of this tiny model share pages).
     for plan in [
         FaultPlan {
-            eio_at_read: Some(40),
+            eio_at_read: Some(12),
             ..FaultPlan::default()
         },
         FaultPlan {
-            truncate_at_read: Some((40, model.tables[0].offset + 264 * 10)),
+            truncate_at_read: Some((12, model.tables[0].offset + 264 * 10)),
             ..FaultPlan::default()
         },
     ] {

@@ -3,7 +3,7 @@
 use crate::{Error, Result};
 
 /// Default `PrefetchConfig::reuse_bytes`.
-const DEFAULT_REUSE_BYTES: u64 = 64 << 20;
+const DEFAULT_REUSE_BYTES: u64 = 128 << 20;
 
 /// How rows are handed to the consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,7 +42,7 @@ pub struct PrefetchConfig {
     /// tokens past it are read ahead into the free part of the store. Allocated at prefill start, whatever
     /// the prompt length; rows are counted in the delivered format (f32 rows
     /// take 4x the bytes of raw ones). 0 turns whole-prompt dedup off
-    /// (default 64 MiB).
+    /// (default 128 MiB).
     pub reuse_bytes: u64,
     /// Prompts shorter than this are read synchronously at the wait, as the
     /// peers do (default 1,024).

@@ -376,7 +376,7 @@ impl Sequence {
             batch: config.batch,
             whole_table: whole,
             reuse_bytes: config.reuse_bytes,
-            urgent_lead: config.chunk_tokens,
+            chunk: config.chunk_tokens,
         };
         let tables = self.tables();
         let cols = vec![self.shared.columns; tables];

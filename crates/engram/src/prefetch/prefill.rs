@@ -13,7 +13,9 @@
 //! Reads go out in batches of `read_batch_tokens` tokens (the first one of
 //! `first_chunk_tokens`), aligned to multiples of the batch so batch ends
 //! meet the consumer's usual wait points, and each batch is published as it
-//! completes. The source dedups within one batch; across the prompt, each
+//! completes. Until the consumer first waits on a table, its batches run to
+//! the end of a ring chunk instead: nobody waits on them yet, and a larger
+//! batch keeps the device queue fuller. The source dedups within one batch; across the prompt, each
 //! table has a reuse store ([`super::reuse`], `reuse_bytes`): all row ids
 //! are known at the start, so each occurrence's next use is too, and rows
 //! that later tokens need again are kept (Belady eviction) and copied from
@@ -76,9 +78,10 @@ pub(crate) struct Plan {
     pub whole_table: bool,
     /// Bytes per table of the whole-prompt reuse store (0: off).
     pub reuse_bytes: u64,
-    /// A table whose consumer has waited and whose reader is fewer than
-    /// this many tokens ahead of it is urgent.
-    pub urgent_lead: u32,
+    /// Tokens per ring chunk: a table whose consumer has waited and whose
+    /// reader is fewer than this many tokens ahead of it is urgent; and the
+    /// batch size before the consumer first reaches a table.
+    pub chunk: u32,
 }
 
 /// Which batches of a prefill are queued or running, and what comes next.
@@ -347,18 +350,26 @@ impl TableJob {
 }
 
 impl PrefillCore {
-    /// End of the batch that starts at `start`.
-    fn batch_end(&self, start: u32) -> u32 {
+    /// End of the batch of `job` that starts at `start`. Until the
+    /// consumer first reaches the table, batches run to the end of a ring
+    /// chunk: nobody waits on them yet, and larger batches keep the device
+    /// queue fuller.
+    fn batch_end(&self, job: &TableJob, start: u32) -> u32 {
+        let step = if job.consumer_started.load(Ordering::Relaxed) {
+            self.plan.read_batch
+        } else {
+            self.plan.read_batch.max(self.plan.chunk)
+        };
         if start == 0 {
             self.plan.first_chunk
         } else {
-            (start / self.plan.read_batch + 1).saturating_mul(self.plan.read_batch)
+            (start / step + 1).saturating_mul(step)
         }
     }
 
     /// Rank of the batch of `table` starting at `start` (lowest first):
     /// a table the consumer is blocked on; then an urgent table (its
-    /// consumer has waited on it and the reader is less than `urgent_lead`
+    /// consumer has waited on it and the reader is less than `chunk`
     /// tokens ahead), earliest tokens first; then the lowest table.
     ///
     /// Why not earliest tokens first everywhere: when the consumer goes
@@ -378,7 +389,7 @@ impl PrefillCore {
             return (0, start, table as u32);
         }
         let lead = start.saturating_sub(job.consumed.load(Ordering::Relaxed));
-        if job.consumer_started.load(Ordering::Relaxed) && lead < self.plan.urgent_lead {
+        if job.consumer_started.load(Ordering::Relaxed) && lead < self.plan.chunk {
             return (1, start, table as u32);
         }
         (2, 2 * table as u32, start)
@@ -394,7 +405,7 @@ impl PrefillCore {
             .released
             .load(Ordering::Acquire)
             .saturating_add(self.plan.ring_tokens);
-        let end = self.batch_end(start).min(limit).min(self.plan.tokens);
+        let end = self.batch_end(job, start).min(limit).min(self.plan.tokens);
         if end > start {
             return Some((Kind::Ring, start, end));
         }
