@@ -69,6 +69,16 @@ pub struct TableStats {
     pub rows_unique: u64,
     /// Rows served from the row cache.
     pub cache_hits: u64,
+    /// Row ids a prefill served from its whole-prompt reuse store without
+    /// asking the source (not counted in `rows_requested`: the rows the
+    /// consumer asked for are `rows_requested + reuse_hits`).
+    #[serde(default)]
+    pub reuse_hits: u64,
+    /// Row ids a prefill read ahead into its reuse store (tokens past its
+    /// ring, while the ring was full); counted in `rows_requested` too, so
+    /// the consumer's rows are `rows_requested - ahead_rows + reuse_hits`.
+    #[serde(default)]
+    pub ahead_rows: u64,
     /// Reads issued to storage.
     pub reads_issued: u64,
     /// Bytes read from storage.
@@ -124,6 +134,8 @@ struct TableRecord {
     tokens: u64,
     stall_total_ns: u64,
     stall_per_token: Histogram<u64>,
+    reuse_hits: u64,
+    ahead_rows: u64,
     io: BatchStatsTotals,
 }
 
@@ -177,6 +189,8 @@ impl StatsRecorder {
                     tokens: 0,
                     stall_total_ns: 0,
                     stall_per_token: histogram(),
+                    reuse_hits: 0,
+                    ahead_rows: 0,
                     io: BatchStatsTotals::default(),
                 })
                 .collect(),
@@ -216,6 +230,26 @@ impl StatsRecorder {
     pub fn record_token_total(&self, phase: Phase, per_token: Duration, tokens: u64) {
         let ns = u64::try_from(per_token.as_nanos()).unwrap_or(u64::MAX);
         self.with_phase(phase, |p| record(&mut p.stall_total, ns, tokens));
+    }
+
+    /// Records `rows` row ids of `table` served from a prefill's reuse
+    /// store.
+    pub fn record_reuse(&self, phase: Phase, table: usize, rows: u64) {
+        self.with_phase(phase, |p| {
+            if let Some(t) = p.tables.get_mut(table) {
+                t.reuse_hits += rows;
+            }
+        });
+    }
+
+    /// Records `rows` row ids of `table` read ahead into a prefill's reuse
+    /// store.
+    pub fn record_ahead(&self, phase: Phase, table: usize, rows: u64) {
+        self.with_phase(phase, |p| {
+            if let Some(t) = p.tables.get_mut(table) {
+                t.ahead_rows += rows;
+            }
+        });
     }
 
     /// Records one batch read of `table`.
@@ -267,6 +301,8 @@ fn phase_stats(r: &PhaseRecord) -> PhaseStats {
                 rows_requested: t.io.rows_requested,
                 rows_unique: t.io.rows_unique,
                 cache_hits: t.io.cache_hits,
+                reuse_hits: t.reuse_hits,
+                ahead_rows: t.ahead_rows,
                 reads_issued: t.io.reads_issued,
                 bytes_read: t.io.bytes_read,
                 batches: t.io.batches,

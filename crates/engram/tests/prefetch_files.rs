@@ -13,7 +13,8 @@ use engram::io::fault::{FaultPlan, FaultSource};
 use engram::io::{open_source, Backend, IoConfig, RowSource};
 use engram::layout::Layout;
 use engram::model::{synth, Model, NoProgress};
-use engram::prefetch::{Engine, PrefetchConfig, RowFormat};
+use engram::prefetch::{Engine, PrefetchConfig, RowFormat, RowsView};
+use engram::stats::TableStats;
 use engram::Error;
 use prefetch_util::{tiny_layout, within};
 
@@ -47,6 +48,31 @@ fn config(format: RowFormat) -> PrefetchConfig {
     }
 }
 
+/// Checks that `view` (of `table`; the prompt's row ids `ids`) holds what
+/// `model`'s own synchronous reads give, bit for bit, raw or f32.
+fn assert_view_matches(model: &Model, ids: &[u32], table: usize, view: &RowsView<'_>) {
+    let from = view.first_token();
+    let to = from as usize + view.len();
+    let rows: Vec<u64> = (from as usize..to)
+        .flat_map(|t| (0..4).map(move |c| u64::from(ids[t * 8 + table * 4 + c])))
+        .collect();
+    if view.is_f32() {
+        let mut values = Vec::new();
+        model.read_rows_f32(table, &rows, &mut values).unwrap();
+        let got = view.to_f32_vec();
+        assert!(
+            got.iter()
+                .map(|v| v.to_bits())
+                .eq(values.iter().map(|v| v.to_bits())),
+            "table {table} tokens {from}..{to} (f32)"
+        );
+    } else {
+        let mut raw = Vec::new();
+        model.read_raw_rows(table, &rows, &mut raw).unwrap();
+        assert!(view.to_vec() == raw, "table {table} tokens {from}..{to}");
+    }
+}
+
 /// Prefill + decode through `engine`, checked against `model`'s preads.
 fn check_against_model(engine: Engine, model: Model) {
     within(LIMIT, move || {
@@ -54,34 +80,13 @@ fn check_against_model(engine: Engine, model: Model) {
         let mut seq = engine.sequence();
         let ids = seq.row_ids(&tokens, None).unwrap();
         let f32_rows = engine.config().format == RowFormat::F32;
-        let expect = |table: usize, from: usize, to: usize| -> (Vec<u8>, Vec<f32>) {
-            let rows: Vec<u64> = (from..to)
-                .flat_map(|t| (0..4).map(move |c| (t, c)))
-                .map(|(t, c)| u64::from(ids[t * 8 + table * 4 + c]))
-                .collect();
-            let mut raw = Vec::new();
-            model.read_raw_rows(table, &rows, &mut raw).unwrap();
-            let mut values = Vec::new();
-            model.read_rows_f32(table, &rows, &mut values).unwrap();
-            (raw, values)
-        };
         let mut prefill = seq.prefill(&tokens, None).unwrap();
         let mut upto = 0;
         while upto < 300 {
-            let from = upto;
             upto = (upto + 50).min(300);
             for table in 0..2 {
                 let view = prefill.wait(table, upto).unwrap();
-                let (raw, values) = expect(table, from as usize, upto as usize);
-                if f32_rows {
-                    let got = view.to_f32_vec();
-                    assert!(got
-                        .iter()
-                        .map(|v| v.to_bits())
-                        .eq(values.iter().map(|v| v.to_bits())));
-                } else {
-                    assert!(view.to_vec() == raw, "table {table} {from}..{upto}");
-                }
+                assert_view_matches(&model, &ids, table, &view);
             }
         }
         drop(prefill);
@@ -108,7 +113,10 @@ fn check_against_model(engine: Engine, model: Model) {
         }
         let stats = seq.stats();
         assert_eq!(stats.prefill.tables[1].tokens, 300);
-        assert!(stats.prefill.tables[0].rows_requested >= 1200);
+        // Rows asked of the source for the ring plus rows the reuse store
+        // served.
+        let t0 = &stats.prefill.tables[0];
+        assert_eq!(t0.rows_requested - t0.ahead_rows + t0.reuse_hits, 1200);
     });
 }
 
@@ -158,7 +166,12 @@ fn session_cache_serves_repeated_rows_and_hints() {
     let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
     let cache = Arc::new(RowCache::new(8 << 20, 264));
     let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(opened.source, cache.clone()));
-    let engine = Engine::for_model(&model, source, config(RowFormat::Raw)).unwrap();
+    // Reuse off: the prompt's repeats must reach the cache.
+    let config = PrefetchConfig {
+        reuse_bytes: 0,
+        ..config(RowFormat::Raw)
+    };
+    let engine = Engine::for_model(&model, source, config).unwrap();
     within(LIMIT, move || {
         let mut seq = engine.sequence();
         // A prompt that repeats itself: its second half hits the cache.
@@ -218,47 +231,223 @@ fn session_cache_serves_repeated_rows_and_hints() {
 fn device_errors_from_the_fault_source_reach_the_waiter() {
     let dir = tempfile::tempdir().unwrap();
     let model = write_model(dir.path(), Encoding::E4m3E8m0Row264);
+    let tokens = prompt(600);
+    // Expected rows; each run gets a fresh copy of the (deterministic)
+    // model, as truncation changes the file.
+    let ids = engine_for(&model)
+        .sequence()
+        .row_ids(&tokens, None)
+        .unwrap();
+    let expected: Vec<Vec<u8>> = (0..2)
+        .map(|table| {
+            let rows: Vec<u64> = (0..600)
+                .flat_map(|t| (0..4).map(move |c| (t, c)))
+                .map(|(t, c)| u64::from(ids[t * 8 + table * 4 + c]))
+                .collect();
+            let mut raw = Vec::new();
+            model.read_raw_rows(table, &rows, &mut raw).unwrap();
+            raw
+        })
+        .collect();
+    // Faults early enough to land even when whole-prompt dedup leaves few
+    // preads (rows of this tiny model share pages).
     for plan in [
         FaultPlan {
-            eio_at_read: Some(40),
+            eio_at_read: Some(12),
             ..FaultPlan::default()
         },
         FaultPlan {
-            truncate_at_read: Some((40, model.tables[0].offset + 264 * 10)),
+            truncate_at_read: Some((12, model.tables[0].offset + 264 * 10)),
             ..FaultPlan::default()
         },
     ] {
-        let source = FaultSource::open(&model.tables, &IoConfig::default(), plan.clone()).unwrap();
-        let engine = Engine::for_model(&model, Arc::new(source), config(RowFormat::Raw)).unwrap();
-        let model = model.clone();
-        within(LIMIT, move || {
-            let tokens = prompt(600);
-            let mut seq = engine.sequence();
-            let mut prefill = seq.prefill(&tokens, None).unwrap();
-            let mut failure = None;
-            'outer: for upto in (60..=600).step_by(60) {
-                for table in 0..2 {
-                    if let Err(e) = prefill.wait(table, upto) {
-                        failure = Some(e);
-                        break 'outer;
+        // Reuse off, evicting constantly, and the default store: rows served
+        // before the fault are the model's, and the fault still names its row.
+        for reuse_bytes in [0, 3 * 264, PrefetchConfig::default().reuse_bytes] {
+            let copy = tempfile::tempdir().unwrap();
+            let model = write_model(copy.path(), Encoding::E4m3E8m0Row264);
+            let source =
+                FaultSource::open(&model.tables, &IoConfig::default(), plan.clone()).unwrap();
+            let config = PrefetchConfig {
+                reuse_bytes,
+                ..config(RowFormat::Raw)
+            };
+            let engine = Engine::for_model(&model, Arc::new(source), config).unwrap();
+            let plan = plan.clone();
+            let (tokens, expected) = (tokens.clone(), expected.clone());
+            within(LIMIT, move || {
+                let mut seq = engine.sequence();
+                let mut prefill = seq.prefill(&tokens, None).unwrap();
+                let mut failure = None;
+                'outer: for upto in (60..=600).step_by(60) {
+                    for (table, expected) in expected.iter().enumerate() {
+                        match prefill.wait(table, upto) {
+                            Ok(view) => {
+                                let token_bytes = 4 * 264;
+                                let from = view.first_token() as usize * token_bytes;
+                                let to = upto as usize * token_bytes;
+                                assert!(view.to_vec() == expected[from..to]);
+                            }
+                            Err(e) => {
+                                failure = Some(e);
+                                break 'outer;
+                            }
+                        }
                     }
                 }
-            }
-            match failure.expect("a fault must surface at a wait") {
-                Error::RowRead {
-                    table,
-                    row,
-                    offset,
-                    file,
-                    ..
-                } => {
-                    let loc = &model.tables[table];
-                    assert_eq!(file, loc.file);
-                    assert!(offset >= loc.offset && offset < loc.offset + loc.rows * 264 + 4096);
-                    assert!(row < loc.rows);
+                match failure.expect("a fault must surface at a wait") {
+                    Error::RowRead {
+                        table,
+                        row,
+                        offset,
+                        file,
+                        ..
+                    } => {
+                        let loc = &model.tables[table];
+                        assert_eq!(file, loc.file);
+                        assert!(
+                            offset >= loc.offset && offset < loc.offset + loc.rows * 264 + 4096
+                        );
+                        assert!(row < loc.rows);
+                    }
+                    other => panic!("expected RowRead for {plan:?}, got {other}"),
                 }
-                other => panic!("expected RowRead for {plan:?}, got {other}"),
+            });
+        }
+    }
+}
+
+/// One prefill of `tokens` through `engine`, every view checked against
+/// `model`; returns table 0's prefill stats.
+/// A plain engine over `model` (for row ids).
+fn engine_for(model: &Model) -> Engine {
+    let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
+    Engine::for_model(model, opened.source, config(RowFormat::Raw)).unwrap()
+}
+
+fn prefill_checked(engine: &Engine, model: &Model, tokens: &[u32], step: u32) -> TableStats {
+    prefill_checked_after(engine, model, tokens, step, Duration::ZERO)
+}
+
+/// [`prefill_checked`], the consumer first waiting for both rings to fill
+/// and then `settle` more (a slow first layer: time to read ahead).
+fn prefill_checked_after(
+    engine: &Engine,
+    model: &Model,
+    tokens: &[u32],
+    step: u32,
+    settle: Duration,
+) -> TableStats {
+    let mut seq = engine.sequence();
+    let ids = seq.row_ids(tokens, None).unwrap();
+    let n = tokens.len() as u32;
+    {
+        let mut prefill = seq.prefill(tokens, None).unwrap();
+        let full = prefill.max_wait_tokens().min(n);
+        while !settle.is_zero() && (0..2).any(|t| prefill.ready_tokens(t) < Some(full)) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(settle);
+        let mut upto = 0;
+        while upto < n {
+            upto = (upto + step).min(n);
+            for table in 0..2 {
+                let view = prefill.wait(table, upto).unwrap();
+                assert_view_matches(model, &ids, table, &view);
             }
+        }
+    }
+    seq.stats().prefill.tables[0].clone()
+}
+
+#[test]
+fn reuse_store_rows_match_model_reads_with_eviction() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path(), Encoding::E4m3E8m0Row264);
+    let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
+    let tokens = prompt(600);
+    for format in [RowFormat::Raw, RowFormat::F32] {
+        let row = if format == RowFormat::F32 {
+            ROW_DIM as u64 * 4
+        } else {
+            264
+        };
+        // Off, a few rows (constant eviction), some, and the whole prompt.
+        let mut hits = Vec::new();
+        for budget_rows in [0, 3, 40, 1 << 14] {
+            let config = PrefetchConfig {
+                reuse_bytes: budget_rows * row,
+                ..config(format)
+            };
+            let engine = Engine::for_model(&model, opened.source.clone(), config).unwrap();
+            let (model, tokens) = (model.clone(), tokens.clone());
+            let t0 = within(LIMIT, move || prefill_checked(&engine, &model, &tokens, 50));
+            let ring_rows = t0.rows_requested - t0.ahead_rows;
+            assert_eq!(ring_rows + t0.reuse_hits, 600 * 4, "{t0:?}");
+            hits.push(t0.reuse_hits);
+            // Rows past the ring are read ahead only into room for a whole
+            // read batch (whether any are depends on timing).
+            if budget_rows < 1 << 10 {
+                assert_eq!(t0.ahead_rows, 0, "no room for a batch: {t0:?}");
+            }
+        }
+        assert_eq!(hits[0], 0, "{format:?}: reuse off");
+        assert!(
+            0 < hits[1] && hits[1] < hits[2] && hits[2] < hits[3],
+            "{format:?}: hits grow with the budget: {hits:?}"
+        );
+    }
+}
+
+/// The model's layout with tables of about 20K rows, so most rows past a
+/// short ring are new and reading ahead has work to do.
+fn wide_layout() -> Layout {
+    let mut layout = model_layout();
+    let primes = [[4999u32, 4993, 4987, 4973], [4969, 4967, 4957, 4951]];
+    for (table, primes) in layout.tables.iter_mut().zip(primes) {
+        let mut sum = 0;
+        table.offsets = primes
+            .iter()
+            .map(|&p| {
+                sum += p;
+                sum - p
+            })
+            .collect();
+        table.primes = primes.to_vec();
+        table.rows = u64::from(sum);
+    }
+    layout
+}
+
+#[test]
+fn rows_read_ahead_into_the_store_match_model_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wide.gguf");
+    let layout = wide_layout();
+    synth::write_gguf(&path, &layout, Encoding::E4m3E8m0Row264, 7, &NoProgress).unwrap();
+    let model = Model::open(&path).unwrap();
+    for format in [RowFormat::Raw, RowFormat::F32] {
+        let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
+        // A 32-token ring and a store of 4K rows: most of the prompt is
+        // read ahead while the consumer sits in its first layer.
+        let config = PrefetchConfig {
+            chunk_tokens: 16,
+            first_chunk_tokens: 8,
+            read_batch_tokens: 16,
+            ring_chunks: 2,
+            overlap_threshold: 0,
+            reuse_bytes: 4096 * if format == RowFormat::F32 { 1024 } else { 264 },
+            format,
+            ..PrefetchConfig::default()
+        };
+        let engine = Engine::for_model(&model, opened.source, config).unwrap();
+        let tokens: Vec<u32> = (0..400u32).map(|i| (i * 7919 + i / 3) % 50).collect();
+        let model = model.clone();
+        let t0 = within(LIMIT, move || {
+            prefill_checked_after(&engine, &model, &tokens, 16, Duration::from_millis(300))
         });
+        assert!(t0.ahead_rows > 0, "{format:?}: {t0:?}");
+        let ring_rows = t0.rows_requested - t0.ahead_rows;
+        assert_eq!(ring_rows + t0.reuse_hits, 400 * 4, "{t0:?}");
     }
 }

@@ -2,6 +2,9 @@
 
 use crate::{Error, Result};
 
+/// Default `PrefetchConfig::reuse_bytes`.
+const DEFAULT_REUSE_BYTES: u64 = 128 << 20;
+
 /// How rows are handed to the consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RowFormat {
@@ -33,6 +36,14 @@ pub struct PrefetchConfig {
     /// `ring_chunks * chunk_tokens * rows_per_token * row_bytes`, whatever
     /// the prompt length (default 4).
     pub ring_chunks: u32,
+    /// Bytes per table of a prefill's reuse store: rows already read that a
+    /// later token of the same prompt needs again are kept (Belady eviction
+    /// by next use) and not read twice; while the ring is full, rows of
+    /// tokens past it are read ahead into the free part of the store. Allocated at prefill start, whatever
+    /// the prompt length; rows are counted in the delivered format (f32 rows
+    /// take 4x the bytes of raw ones). 0 turns whole-prompt dedup off
+    /// (default 128 MiB).
+    pub reuse_bytes: u64,
     /// Prompts shorter than this are read synchronously at the wait, as the
     /// peers do (default 1,024).
     pub overlap_threshold: u32,
@@ -71,6 +82,7 @@ impl Default for PrefetchConfig {
             read_batch_tokens: 256,
             prefill_batches_in_flight: 1,
             ring_chunks: 4,
+            reuse_bytes: DEFAULT_REUSE_BYTES,
             overlap_threshold: 1024,
             prefetch: true,
             pipeline: true,

@@ -19,6 +19,7 @@ mod pool;
 mod prefill;
 mod read;
 pub mod ready;
+mod reuse;
 mod ring;
 pub mod source;
 mod sync;
@@ -402,13 +403,15 @@ impl Sequence {
             mode: if overlap { Mode::Overlap } else { Mode::AtWait },
             batch: config.batch,
             whole_table: whole,
+            reuse_bytes: config.reuse_bytes,
+            chunk: config.chunk_tokens,
         };
         let tables = self.tables();
         let cols = vec![self.shared.columns; tables];
         Ok(Prefill::start(PrefillSetup {
             id: self.shared.ids(1),
             decode: &self.shared.decode,
-            ids: ids.into(),
+            ids: Arc::new(ids), // no copy: the ids of a long prompt are megabytes
             cols: &cols,
             plan,
             source: &self.shared.source,

@@ -1,0 +1,230 @@
+//! Whole-prompt dedup for a prefill: a fixed-budget store of rows already
+//! read that a later token of the prompt needs again.
+//!
+//! A prefill knows all of its row ids up front, so for every occurrence of a
+//! row it knows the token of the row's next occurrence ([`next_uses`]).
+//! [`ReuseStore`] keeps rows by that next use and evicts as Belady's optimal
+//! policy does: the row needed farthest in the future goes first, a row is
+//! not taken in if it is needed later than everything a full store holds,
+//! and a row leaves after its last use. Its slab is allocated once, sized by
+//! the byte budget (never by the prompt), so prefill memory stays fixed by
+//! configuration.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Hasher for row ids: they come out of a multiplicative hash already, so a
+/// multiply-shift spreads them well, at a fraction of SipHash's cost (the
+/// next-use pass hashes every row id of the prompt before the first read).
+#[derive(Default)]
+pub(crate) struct RowIdHasher(u64);
+
+impl Hasher for RowIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type RowMap<V> = HashMap<u32, V, BuildHasherDefault<RowIdHasher>>;
+
+/// Next use of a row that is not needed again.
+pub(crate) const NEVER: u32 = u32::MAX;
+
+/// For each of `len` occurrences (token-major, `cols` rows per token; the
+/// row id of occurrence `i` is `row_at(i)`), how many tokens later the same
+/// row id occurs next ([`NextUses::get`] turns it back into a token).
+///
+/// Distances are kept in 16 bits, half the memory of a token index (the
+/// array is as long as the prompt): a row next needed 65,536 or more tokens
+/// later counts as not needed again. A fixed-budget store would evict it
+/// first anyway; at worst it is read once more.
+pub(crate) fn next_uses(len: usize, cols: usize, row_at: impl Fn(usize) -> u32) -> NextUses {
+    let cols = cols.max(1);
+    let mut distance = vec![0u16; len];
+    let mut seen: RowMap<u32> = RowMap::default();
+    for i in (0..len).rev() {
+        let row = row_at(i);
+        // Row ids of one table never repeat within a token (each column has
+        // its own id range), so the next occurrence is in a later token.
+        let token = u32::try_from(i / cols).unwrap_or(NEVER);
+        if let Some(later) = seen.insert(row, token) {
+            distance[i] = u16::try_from(later - token).unwrap_or(0);
+        }
+    }
+    NextUses { distance, cols }
+}
+
+/// Next use of each row occurrence of a prompt (see [`next_uses`]).
+pub(crate) struct NextUses {
+    /// Tokens to the next occurrence; 0: none (or too far).
+    distance: Vec<u16>,
+    cols: usize,
+}
+
+impl NextUses {
+    /// Token of the next use of occurrence `i`, or [`NEVER`].
+    pub(crate) fn get(&self, i: usize) -> u32 {
+        match self.distance[i] {
+            0 => NEVER,
+            d => (i / self.cols) as u32 + u32::from(d),
+        }
+    }
+}
+
+/// Rows of one table kept for reuse, with a fixed byte budget.
+pub(crate) struct ReuseStore {
+    row_bytes: usize,
+    slab: Vec<u8>,
+    /// Row id -> (slot, token of its next use).
+    index: RowMap<(u32, u32)>,
+    /// (next use, row id) of every stored row: the last one is evicted first.
+    by_next_use: BTreeSet<(u32, u32)>,
+    free: Vec<u32>,
+}
+
+impl ReuseStore {
+    /// A store of at most `budget_bytes / row_bytes` rows; `None` when that
+    /// is zero rows (reuse off).
+    pub(crate) fn new(budget_bytes: u64, row_bytes: usize) -> Option<ReuseStore> {
+        let slots = budget_bytes / row_bytes.max(1) as u64;
+        // Slot numbers are u32; a budget beyond 4G rows is capped.
+        let slots = u32::try_from(slots).unwrap_or(u32::MAX - 1) as usize;
+        if slots == 0 || row_bytes == 0 {
+            return None;
+        }
+        Some(ReuseStore {
+            row_bytes,
+            // Written now (not lazily zero-mapped), so the process holds
+            // the whole budget from the start whatever the prompt length.
+            slab: vec![0xA5; slots * row_bytes],
+            index: RowMap::with_capacity_and_hasher(slots, Default::default()),
+            by_next_use: BTreeSet::new(),
+            free: (0..slots as u32).rev().collect(),
+        })
+    }
+
+    /// The stored bytes of `row`, if it is held.
+    pub(crate) fn get(&self, row: u32) -> Option<&[u8]> {
+        let &(slot, _) = self.index.get(&row)?;
+        let at = slot as usize * self.row_bytes;
+        Some(&self.slab[at..at + self.row_bytes])
+    }
+
+    /// Rows held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether `row` is held.
+    pub(crate) fn contains(&self, row: u32) -> bool {
+        self.index.contains_key(&row)
+    }
+
+    /// Slots not holding a row.
+    pub(crate) fn free_slots(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Records that `row` (its bytes `bytes`, just delivered) is next needed
+    /// at token `next_use`: keeps it, moves it, or drops it, by Belady's
+    /// rule. `bytes` is ignored when the row is already held.
+    pub(crate) fn update(&mut self, row: u32, next_use: u32, bytes: &[u8]) {
+        if let Some((slot, old)) = self.index.remove(&row) {
+            self.by_next_use.remove(&(old, row));
+            self.free.push(slot);
+            if next_use != NEVER {
+                // Re-take the slot just freed: its bytes are the row's.
+                let slot = self.free.pop().unwrap_or(slot);
+                self.index.insert(row, (slot, next_use));
+                self.by_next_use.insert((next_use, row));
+            }
+            return;
+        }
+        if next_use == NEVER || bytes.len() != self.row_bytes {
+            return;
+        }
+        if self.free.is_empty() && !self.evict_later_than(next_use) {
+            return; // every held row is needed sooner than this one
+        }
+        let Some(slot) = self.free.pop() else { return };
+        let at = slot as usize * self.row_bytes;
+        self.slab[at..at + self.row_bytes].copy_from_slice(bytes);
+        self.index.insert(row, (slot, next_use));
+        self.by_next_use.insert((next_use, row));
+    }
+
+    /// Evicts the row needed farthest in the future if that is later than
+    /// `next_use`; tells whether a slot was freed.
+    fn evict_later_than(&mut self, next_use: u32) -> bool {
+        match self.by_next_use.last().copied() {
+            Some((last, row)) if last > next_use => {
+                self.by_next_use.remove(&(last, row));
+                if let Some((slot, _)) = self.index.remove(&row) {
+                    self.free.push(slot);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_uses_point_at_the_next_token() {
+        // 2 columns: tokens [5, 7], [6, 8], [5, 9], [6, 7]
+        let rows = [5, 7, 6, 8, 5, 9, 6, 7];
+        let next = next_uses(rows.len(), 2, |i| rows[i]);
+        let got: Vec<u32> = (0..rows.len()).map(|i| next.get(i)).collect();
+        assert_eq!(got, vec![2, 3, 3, NEVER, NEVER, NEVER, NEVER, NEVER]);
+    }
+
+    #[test]
+    fn far_next_uses_count_as_never() {
+        // Row 1 at tokens 0 and 70,000; row 2 at tokens 1 and 65,535.
+        let at = |i: usize| match i {
+            0 | 70_000 => 1,
+            1 | 65_535 => 2,
+            _ => 3 + i as u32,
+        };
+        let next = next_uses(70_001, 1, at);
+        assert_eq!(next.get(0), NEVER);
+        assert_eq!(next.get(1), 65_535);
+    }
+
+    #[test]
+    fn belady_evicts_the_farthest_and_refuses_later_rows() {
+        let mut store = ReuseStore::new(2 * 4, 4).unwrap();
+        store.update(1, 10, &[1; 4]);
+        store.update(2, 20, &[2; 4]);
+        store.update(3, 30, &[3; 4]); // later than all: refused
+        assert!(store.get(3).is_none());
+        store.update(4, 5, &[4; 4]); // evicts row 2 (next use 20)
+        assert!(store.get(2).is_none());
+        assert_eq!(store.get(4), Some(&[4u8; 4][..]));
+        assert_eq!(store.get(1), Some(&[1u8; 4][..]));
+        store.update(1, NEVER, &[]); // last use: dropped
+        assert!(store.get(1).is_none());
+        assert_eq!(store.len(), 1);
+        store.update(4, 8, &[]); // moved, bytes kept
+        assert_eq!(store.get(4), Some(&[4u8; 4][..]));
+    }
+
+    #[test]
+    fn zero_budget_is_off() {
+        assert!(ReuseStore::new(100, 264).is_none());
+        assert!(ReuseStore::new(264, 264).is_some());
+    }
+}
