@@ -182,35 +182,6 @@ impl<S: RowSource> RowSource for CachedSource<S> {
         stats.elapsed = started.elapsed();
         Ok(stats)
     }
-
-    fn read_rows_from_memory(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-    ) -> Result<Option<BatchStats>> {
-        let started = Instant::now();
-        let row_bytes = self.check_request(table, rows, out)?;
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_unstable_by_key(|&i| rows[i]);
-        let groups = group_runs(rows, &order);
-        for &(row, positions) in &groups {
-            // A miss is not counted here: the read that follows counts it.
-            let Some(bytes) = self.cache.get(table, row) else {
-                return Ok(None);
-            };
-            scatter_row(&bytes, positions, row_bytes, out);
-        }
-        let hits = groups.len() as u64;
-        self.cache.hits.fetch_add(hits, Ordering::Relaxed);
-        Ok(Some(BatchStats {
-            rows_requested: rows.len() as u64,
-            rows_unique: hits,
-            cache_hits: hits,
-            elapsed: started.elapsed(),
-            ..BatchStats::default()
-        }))
-    }
 }
 
 impl<S: RowSource> CachedSource<S> {

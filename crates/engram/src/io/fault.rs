@@ -148,12 +148,4 @@ impl RowSource for FaultSource {
     ) -> Result<BatchStats> {
         self.inner.read_rows_at(table, rows, out, priority)
     }
-    fn read_rows_from_memory(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-    ) -> Result<Option<BatchStats>> {
-        self.inner.read_rows_from_memory(table, rows, out)
-    }
 }

@@ -89,21 +89,6 @@ pub trait RowSource: Send + Sync {
     fn read_rows(&self, table: usize, rows: &[u32], out: &mut [u8]) -> Result<BatchStats> {
         self.read_rows_at(table, rows, out, Priority::Demand)
     }
-
-    /// Serves `rows` of `table` into `out` (as [`RowSource::read_rows_at`]
-    /// would) only if every row is in memory, without blocking on storage
-    /// or waking another thread; `Ok(None)` otherwise, with `out`
-    /// unspecified. Lets a decode step whose rows were hinted finish on the
-    /// caller's thread. Sources without a row cache keep this default.
-    fn read_rows_from_memory(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-    ) -> Result<Option<BatchStats>> {
-        let _ = (table, rows, out);
-        Ok(None)
-    }
 }
 
 impl<S: RowSource + ?Sized> RowSource for Arc<S> {
@@ -127,14 +112,6 @@ impl<S: RowSource + ?Sized> RowSource for Arc<S> {
         priority: Priority,
     ) -> Result<BatchStats> {
         (**self).read_rows_at(table, rows, out, priority)
-    }
-    fn read_rows_from_memory(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-    ) -> Result<Option<BatchStats>> {
-        (**self).read_rows_from_memory(table, rows, out)
     }
 }
 

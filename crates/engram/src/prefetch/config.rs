@@ -39,10 +39,10 @@ pub struct PrefetchConfig {
     /// Bytes per table of a prefill's reuse store: rows already read that a
     /// later token of the same prompt needs again are kept (Belady eviction
     /// by next use) and not read twice; while the ring is full, rows of
-    /// tokens past it are read ahead into the free part of the store. Allocated at prefill start, whatever
-    /// the prompt length; rows are counted in the delivered format (f32 rows
-    /// take 4x the bytes of raw ones). 0 turns whole-prompt dedup off
-    /// (default 128 MiB).
+    /// tokens past it are read ahead into the free part of the store.
+    /// Allocated at prefill start, whatever the prompt length; rows are
+    /// counted in the delivered format (f32 rows take 4x the bytes of raw
+    /// ones). 0 turns whole-prompt dedup off (default 128 MiB).
     pub reuse_bytes: u64,
     /// Prompts shorter than this are read synchronously at the wait, as the
     /// peers do (default 1,024).

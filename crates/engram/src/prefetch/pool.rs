@@ -243,7 +243,23 @@ fn next_task(q: &mut Queues, role: Role) -> Option<Box<dyn Task>> {
     q.hints.pop_front()
 }
 
+/// Linux: marks the calling thread `SCHED_BATCH`, so waking it does not
+/// preempt the thread that woke it: a decode step wakes a reader from the
+/// forward thread, which should get on with its layer. (`engram bench` at
+/// scale 8, 600 steps: `full` mean decode stall 101 us before, 64 and 74 us
+/// in two runs after; the median stayed at 40 us.) Best effort: an error
+/// leaves the thread as it was.
+pub(crate) fn no_wakeup_preemption() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: plain syscall on the calling thread with a valid param.
+        let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    }
+}
+
 fn worker(shared: &PoolShared, role: Role) {
+    no_wakeup_preemption();
     let cv = match role {
         Role::General => &shared.general,
         Role::Decode => &shared.decode,

@@ -54,38 +54,6 @@ impl ReadCtx<'_> {
         decode_checked(table, rows, encoding, &raw, out)
     }
 
-    /// Serves `rows` of `table` raw from memory (a row cache) into `out`
-    /// when every row is there; `Ok(false)` when some row needs storage.
-    /// Never blocks on I/O.
-    pub(crate) fn read_from_memory(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-    ) -> Result<bool> {
-        let served = self.source.read_rows_from_memory(table, rows, out)?;
-        if let Some(stats) = &served {
-            self.stats.record_batch(self.phase, table, stats);
-        }
-        Ok(served.is_some())
-    }
-
-    /// [`ReadCtx::read_from_memory`], decoded to f32 (stored as `encoding`).
-    pub(crate) fn read_f32_from_memory(
-        &self,
-        table: usize,
-        rows: &[u32],
-        encoding: Encoding,
-        out: &mut [f32],
-    ) -> Result<bool> {
-        let mut raw = vec![0u8; rows.len() * encoding.row_bytes()];
-        if !self.read_from_memory(table, rows, &mut raw)? {
-            return Ok(false);
-        }
-        decode_checked(table, rows, encoding, &raw, out)?;
-        Ok(true)
-    }
-
     fn read_unguarded(&self, table: usize, rows: &[u32], out: &mut [u8]) -> Result<()> {
         if self.batch {
             let stats = self.source.read_rows_at(table, rows, out, self.priority)?;
