@@ -130,7 +130,10 @@ fn counters(stats: &Stats) -> IoCounters {
     let mut io = IoCounters::default();
     for phase in [&stats.prefill, &stats.decode, &stats.hints] {
         for t in &phase.tables {
-            io.rows_requested += t.rows_requested;
+            // What the consumer asked for: rows the prefill served from its
+            // reuse store never reached the source, and rows it read ahead
+            // are counted again when their tokens' batch asks for them.
+            io.rows_requested += (t.rows_requested + t.reuse_hits).saturating_sub(t.ahead_rows);
             io.rows_unique += t.rows_unique;
             io.cache_hits += t.cache_hits;
             io.bytes_read += t.bytes_read;

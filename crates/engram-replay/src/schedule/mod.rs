@@ -107,8 +107,9 @@ pub fn build(kind: ScheduleKind, setup: &ScheduleSetup<'_>) -> Result<Box<dyn Sc
 pub struct IoCounters {
     /// Row ids requested (with duplicates), all phases and tables.
     pub rows_requested: u64,
-    /// Rows that remained to fetch after deduplication (served from the
-    /// row cache or read from storage).
+    /// Rows that remained to fetch after deduplication (within a batch,
+    /// and across the prompt by the engine's reuse store), served from the
+    /// row cache or read from storage.
     pub rows_unique: u64,
     /// Rows served from a row cache.
     pub cache_hits: u64,
