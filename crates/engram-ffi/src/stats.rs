@@ -6,49 +6,20 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use engram::stats::{PhaseStats, Stats, StatsRecorder};
+use engram::stats::{PhaseStats, Stats, StatsRecorder, TableStats};
 use serde::Serialize;
 
 /// Full snapshots of freed sequences kept for `engram_stats_json`.
 const RECENT_CLOSED: usize = 8;
 
-/// The summable part of one table's stats in one phase.
-#[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct TableTotals {
-    waits: u64,
-    tokens: u64,
-    stall_total_us: f64,
-    rows_requested: u64,
-    rows_unique: u64,
-    cache_hits: u64,
-    reads_issued: u64,
-    bytes_read: u64,
-    batches: u64,
-}
-
-/// Sums over sequences, per phase and table.
+/// Sums over sequences, per phase and table: the counts of
+/// [`Stats::add_counts`]; the distributions are left empty (count 0), since
+/// they cannot be summed.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Totals {
-    prefill: Vec<TableTotals>,
-    decode: Vec<TableTotals>,
-    hints: Vec<TableTotals>,
-}
-
-fn add_phase(into: &mut Vec<TableTotals>, phase: &PhaseStats) {
-    if into.len() < phase.tables.len() {
-        into.resize(phase.tables.len(), TableTotals::default());
-    }
-    for (sum, t) in into.iter_mut().zip(&phase.tables) {
-        sum.waits += t.waits;
-        sum.tokens += t.tokens;
-        sum.stall_total_us += t.stall_total_us;
-        sum.rows_requested += t.rows_requested;
-        sum.rows_unique += t.rows_unique;
-        sum.cache_hits += t.cache_hits;
-        sum.reads_issued += t.reads_issued;
-        sum.bytes_read += t.bytes_read;
-        sum.batches += t.batches;
-    }
+    prefill: Vec<TableStats>,
+    decode: Vec<TableStats>,
+    hints: Vec<TableStats>,
 }
 
 impl Totals {
@@ -57,6 +28,15 @@ impl Totals {
         add_phase(&mut self.decode, &stats.decode);
         add_phase(&mut self.hints, &stats.hints);
     }
+}
+
+fn add_phase(into: &mut Vec<TableStats>, phase: &PhaseStats) {
+    let mut sum = PhaseStats {
+        tables: std::mem::take(into),
+        ..PhaseStats::default()
+    };
+    sum.add_counts(phase);
+    *into = sum.tables;
 }
 
 /// One sequence in the engine's report.

@@ -111,7 +111,63 @@ pub struct Stats {
     pub hints: PhaseStats,
 }
 
+impl TableStats {
+    /// Adds `other`'s counts (waits, tokens, total stall, rows, reads,
+    /// bytes, batches) into `self`. Distributions cannot be summed: the
+    /// summaries of `self` are left as they are.
+    pub fn add_counts(&mut self, other: &TableStats) {
+        self.waits += other.waits;
+        self.tokens += other.tokens;
+        self.stall_total_us += other.stall_total_us;
+        self.rows_requested += other.rows_requested;
+        self.rows_unique += other.rows_unique;
+        self.cache_hits += other.cache_hits;
+        self.reuse_hits += other.reuse_hits;
+        self.ahead_rows += other.ahead_rows;
+        self.reads_issued += other.reads_issued;
+        self.bytes_read += other.bytes_read;
+        self.batches += other.batches;
+    }
+}
+
+impl PhaseStats {
+    /// Adds `other`'s per-table counts into `self`'s tables (table by
+    /// table, growing `self` to as many tables); see
+    /// [`TableStats::add_counts`].
+    pub fn add_counts(&mut self, other: &PhaseStats) {
+        for t in &other.tables {
+            while self.tables.len() <= t.table {
+                let table = self.tables.len();
+                self.tables.push(TableStats {
+                    table,
+                    ..TableStats::default()
+                });
+            }
+            self.tables[t.table].add_counts(t);
+        }
+    }
+}
+
 impl Stats {
+    /// Adds `other`'s counts into `self`, phase by phase.
+    pub fn add_counts(&mut self, other: &Stats) {
+        self.prefill.add_counts(&other.prefill);
+        self.decode.add_counts(&other.decode);
+        self.hints.add_counts(&other.hints);
+    }
+
+    /// Every phase's per-table counts summed into one [`TableStats`]
+    /// (`table` 0, summaries empty).
+    pub fn total_counts(&self) -> TableStats {
+        let mut total = TableStats::default();
+        for phase in [&self.prefill, &self.decode, &self.hints] {
+            for t in &phase.tables {
+                total.add_counts(t);
+            }
+        }
+        total
+    }
+
     /// The stats as one JSON document.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("stats hold only plain numbers")
@@ -316,6 +372,34 @@ fn phase_stats(r: &PhaseRecord) -> PhaseStats {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn counts_add_table_by_table_and_phases_total() {
+        let table = |table: usize, rows: u64| TableStats {
+            table,
+            waits: 1,
+            rows_requested: rows,
+            reuse_hits: 2,
+            stall_total_us: 1.5,
+            ..TableStats::default()
+        };
+        let mut a = Stats::default();
+        a.prefill.tables = vec![table(0, 10)];
+        let mut b = Stats::default();
+        b.prefill.tables = vec![table(0, 5), table(1, 7)];
+        b.decode.tables = vec![table(0, 1)];
+        a.add_counts(&b);
+        assert_eq!(a.prefill.tables.len(), 2);
+        assert_eq!(a.prefill.tables[0].rows_requested, 15);
+        assert_eq!(a.prefill.tables[0].reuse_hits, 4);
+        assert_eq!(a.prefill.tables[1].table, 1);
+        assert_eq!(a.decode.tables[0].waits, 1);
+        let total = a.total_counts();
+        assert_eq!(total.rows_requested, 23);
+        assert_eq!(total.waits, 4);
+        assert!((total.stall_total_us - 6.0).abs() < 1e-9);
+    }
+
     use super::*;
 
     #[test]

@@ -120,25 +120,21 @@ impl PrefillRun for EnginePrefill<'_> {
 
 fn copy_rows(view: &RowsView<'_>, rows: Option<&mut Vec<f32>>) {
     if let Some(rows) = rows {
-        rows.clear();
-        rows.extend_from_slice(&view.to_f32_vec());
+        *rows = view.to_f32_vec();
     }
 }
 
-/// Sums the engine's per-phase, per-table counters.
+/// The engine's counters over all phases and tables.
 fn counters(stats: &Stats) -> IoCounters {
-    let mut io = IoCounters::default();
-    for phase in [&stats.prefill, &stats.decode, &stats.hints] {
-        for t in &phase.tables {
-            // What the consumer asked for: rows the prefill served from its
-            // reuse store never reached the source, and rows it read ahead
-            // are counted again when their tokens' batch asks for them.
-            io.rows_requested += (t.rows_requested + t.reuse_hits).saturating_sub(t.ahead_rows);
-            io.rows_unique += t.rows_unique;
-            io.cache_hits += t.cache_hits;
-            io.bytes_read += t.bytes_read;
-            io.reads += t.reads_issued;
-        }
+    let t = stats.total_counts();
+    IoCounters {
+        // What the consumer asked for: rows the prefill served from its
+        // reuse store never reached the source, and rows it read ahead are
+        // counted again when their tokens' batch asks for them.
+        rows_requested: (t.rows_requested + t.reuse_hits).saturating_sub(t.ahead_rows),
+        rows_unique: t.rows_unique,
+        cache_hits: t.cache_hits,
+        bytes_read: t.bytes_read,
+        reads: t.reads_issued,
     }
-    io
 }
