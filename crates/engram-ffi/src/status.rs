@@ -81,6 +81,9 @@ impl From<engram::Error> for FfiError {
             E::CorruptRow { .. } => ENGRAM_CORRUPT_ROW,
             E::InvalidArgument(_) => ENGRAM_INVALID_ARGUMENT,
             E::Cancelled => ENGRAM_CANCELLED,
+            // A reader task panicked: the same bug class as a panic caught
+            // at the boundary.
+            E::Internal(_) => ENGRAM_PANIC,
             _ => ENGRAM_INTERNAL,
         };
         FfiError::new(status, e.to_string())
