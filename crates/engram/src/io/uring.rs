@@ -461,8 +461,9 @@ impl RingLoop {
         }
     }
 
-    /// The ring cannot submit any more: fail every batch. Buffers with
-    /// reads still in the kernel are leaked, not freed.
+    /// The ring cannot submit any more (or the thread is ending): fail
+    /// every batch. Buffers with reads still in the kernel are leaked, not
+    /// freed.
     fn break_down(&mut self, error: io::Error) {
         for active in self.slots.iter_mut().filter_map(Option::take) {
             let Active {
@@ -491,6 +492,19 @@ impl RingLoop {
                     ),
                 }),
             });
+        }
+    }
+}
+
+impl Drop for RingLoop {
+    /// Runs on every exit of the ring thread, a panic included, before the
+    /// ring is closed: batches still held are answered with an error, and
+    /// their buffers leaked if the kernel may still write into them (a
+    /// panic unwinding past them would otherwise free them under the
+    /// kernel's writes).
+    fn drop(&mut self) {
+        if self.slots.iter().any(Option::is_some) {
+            self.break_down(io::Error::other("the io_uring thread stopped"));
         }
     }
 }
