@@ -109,21 +109,16 @@ fn decode_over_a_file_truncated_in_table_1_fails_only_the_steps_that_need_lost_r
         let t1 = &model.tables[1];
         let keep_rows = t1.rows / 2;
         let cut = t1.offset + keep_rows * u64::from(t1.row_bytes);
-        // The reference reads the whole file; the engine reads a copy cut
-        // in the middle of table 1.
-        let short = dir.path().join("short.gguf");
-        std::fs::copy(&t1.file, &short).unwrap();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&short)
-            .unwrap()
-            .set_len(cut)
-            .unwrap();
-        let mut tables = model.tables.clone();
-        for t in &mut tables {
-            t.file = short.clone();
-        }
-        let source = FaultSource::open(&tables, &IoConfig::default(), FaultPlan::default()).unwrap();
+        // The reference reads the whole file; the engine reads a copy,
+        // cut in the middle of table 1 (after it was opened, as a file
+        // that shrinks under a running engine) by its first read.
+        let victim = tempfile::tempdir().unwrap();
+        let copy = write_model(victim.path());
+        let plan = FaultPlan {
+            truncate_at_read: Some((0, cut)),
+            ..FaultPlan::default()
+        };
+        let source = FaultSource::open(&copy.tables, &IoConfig::default(), plan).unwrap();
         let engine = Engine::for_model(&model, Arc::new(source), config(prefetch)).unwrap();
         let outcome = within(LIMIT, move || {
             let mut seq = engine.sequence();

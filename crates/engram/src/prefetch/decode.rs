@@ -6,6 +6,7 @@
 //! read the first table, so nothing shares the device with the rows the
 //! next layer waits for.
 
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -250,6 +251,12 @@ impl StepJob {
         Ok((rows, stall))
     }
 
+    /// The largest ready count of the tables (tests: it stays 0 or 1).
+    #[cfg(test)]
+    pub(crate) fn max_ready_count(&self) -> u32 {
+        self.tables.iter().map(|t| t.ready.count()).max().unwrap_or(0)
+    }
+
     /// Bytes per row of `table`.
     pub(crate) fn row_bytes(&self, table: usize) -> usize {
         self.row_bytes[table]
@@ -260,16 +267,18 @@ impl StepJob {
         self.decode[table].is_some()
     }
 
-    /// A step task panicked: its tables not yet published fail with an
-    /// internal error (their waits end), later steps are refused, and the
-    /// hints it held go out (nothing else would release them).
-    fn break_down(&self, tables: &[usize], message: &str, pool: &PoolShared) {
-        let _ = self.broken.set(message.to_string());
+    /// A step task panicked at `at`: its tables not yet published fail with
+    /// an internal error naming it (their waits end), later steps are
+    /// refused, and the hints it held go out (nothing else would release
+    /// them).
+    fn break_down(&self, at: usize, tables: &[usize], panic: &str, pool: &PoolShared) {
+        let message = format!("the decode reader of table {at} panicked: {panic}");
         for &table in tables {
-            self.tables[table].ready.fail(Error::Internal(format!(
-                "the decode reader of table {table} panicked: {message}"
-            )));
+            self.tables[table]
+                .ready
+                .fail(Error::Internal(message.clone()));
         }
+        let _ = self.broken.set(message);
         self.release_hints(pool);
     }
 
@@ -317,8 +326,11 @@ impl Task for StepTask {
             .collect();
         // Leaves the tables' counts on every exit, a panic included.
         let job = Leaving::new(job, flights);
+        // The table being read, for the message if it panics.
+        let at = Cell::new(tables.first().copied().unwrap_or(0));
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             for (i, &table) in tables.iter().enumerate() {
+                at.set(table);
                 pool.faults.hit(PanicSite::Decode, table);
                 let t = &job.tables[table];
                 if !t.ready.is_cancelled() {
@@ -333,7 +345,7 @@ impl Task for StepTask {
             }
         }));
         if let Err(panic) = outcome {
-            job.break_down(&tables, &panic_message(&*panic), &pool);
+            job.break_down(at.get(), &tables, &panic_message(&*panic), &pool);
         }
     }
 

@@ -24,6 +24,8 @@ mod reuse;
 mod ring;
 pub mod source;
 mod sync;
+#[cfg(all(test, not(loom)))]
+mod tests;
 mod view;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -324,6 +324,22 @@ mod tests {
     }
 
     #[test]
+    fn restart_clears_count_and_failure_but_keeps_cancel() {
+        let ready = Ready::new();
+        ready.publish(1);
+        ready.fail(Error::InvalidArgument("eio".into()));
+        ready.restart();
+        assert_eq!(ready.count(), 0);
+        assert!(!ready.is_failed() && ready.error().is_none());
+        assert!(ready.try_wait(1).is_none(), "a new epoch waits for new rows");
+        ready.publish(1);
+        assert_eq!(ready.wait(1).unwrap(), 1);
+        ready.cancel();
+        ready.restart();
+        assert!(matches!(ready.try_wait(1), Some(Err(Error::Cancelled))));
+    }
+
+    #[test]
     fn in_flight_wait_idle_returns_after_leave() {
         let flight = Arc::new(InFlight::new());
         flight.enter();
