@@ -54,7 +54,14 @@ fn expected_rows(engine: *mut engram_engine) -> Vec<[Vec<u8>; 2]> {
         for step in 0..STEPS {
             let t = token(step);
             let mut ids = vec![0u32; 2 * ROWS_PER_TOKEN];
-            ok(engram_seq_row_ids(seq, &t, 1, null(), ids.as_mut_ptr(), ids.len()));
+            ok(engram_seq_row_ids(
+                seq,
+                &t,
+                1,
+                null(),
+                ids.as_mut_ptr(),
+                ids.len(),
+            ));
             let mut rows: [Vec<u8>; 2] = Default::default();
             for (table, dst) in rows.iter_mut().enumerate() {
                 *dst = vec![0u8; ROWS_PER_TOKEN * ROW_BYTES];
@@ -139,7 +146,10 @@ fn decode_on_a_file_truncated_in_table_1_returns_from_every_call() {
             }
             io_errors
         });
-        assert!(io_errors > 0, "no step read past the cut (prefetch {prefetch})");
+        assert!(
+            io_errors > 0,
+            "no step read past the cut (prefetch {prefetch})"
+        );
     }
 }
 
@@ -184,7 +194,10 @@ fn prefill_begin_racing_seq_free_never_hands_out_an_ended_prefill() {
                     begun += 1;
                     // SAFETY: the handle is looked up, not dereferenced.
                     let end = unsafe { engram_prefill_end(pf) };
-                    assert_eq!(end, ENGRAM_INVALID_HANDLE, "a live handle to an ended prefill");
+                    assert_eq!(
+                        end, ENGRAM_INVALID_HANDLE,
+                        "a live handle to an ended prefill"
+                    );
                 }
                 ENGRAM_INVALID_HANDLE => {
                     refused += 1;

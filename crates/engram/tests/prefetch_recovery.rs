@@ -154,14 +154,19 @@ fn a_transient_eio_on_each_table_fails_one_step_and_the_next_reads_afresh() {
                 eio_in_range: Some((range, 1)),
                 ..FaultPlan::default()
             };
-            let source = Arc::new(FaultSource::open(&model.tables, &IoConfig::default(), plan).unwrap());
+            let source =
+                Arc::new(FaultSource::open(&model.tables, &IoConfig::default(), plan).unwrap());
             let engine = Engine::for_model(&model, source.clone(), config(prefetch)).unwrap();
             let outcome = within(LIMIT, move || {
                 let mut seq = engine.sequence();
                 decode(&mut seq, &model, false)
             });
             assert_eq!(source.eio_injected(), 1);
-            assert_eq!(outcome.failed[table], [0], "prefetch {prefetch} table {table}");
+            assert_eq!(
+                outcome.failed[table],
+                [0],
+                "prefetch {prefetch} table {table}"
+            );
             assert!(outcome.failed[1 - table].is_empty(), "{outcome:?}");
         }
     }
@@ -178,7 +183,8 @@ fn without_prefetch_a_failed_wait_can_be_repeated_and_reads_again() {
             eio_in_range: Some((range, 1)),
             ..FaultPlan::default()
         };
-        let source = Arc::new(FaultSource::open(&model.tables, &IoConfig::default(), plan).unwrap());
+        let source =
+            Arc::new(FaultSource::open(&model.tables, &IoConfig::default(), plan).unwrap());
         let engine = Engine::for_model(&model, source.clone(), config(false)).unwrap();
         let outcome = within(LIMIT, move || {
             let mut seq = engine.sequence();
@@ -203,7 +209,8 @@ fn an_eio_during_a_prefill_fails_that_prefill_and_decode_goes_on() {
             eio_in_range: Some((range, 1)),
             ..FaultPlan::default()
         };
-        let source = Arc::new(FaultSource::open(&model.tables, &IoConfig::default(), plan).unwrap());
+        let source =
+            Arc::new(FaultSource::open(&model.tables, &IoConfig::default(), plan).unwrap());
         let engine = Engine::for_model(&model, source, config(true)).unwrap();
         within(LIMIT, move || {
             let mut seq = engine.sequence();
@@ -244,7 +251,10 @@ fn a_refused_step_begin_or_prefill_leaves_the_sequence_as_it_was() {
         let next_ids = seq.row_ids(&[5], None).unwrap();
         let recorder = seq.stats_recorder();
         let before = recorder.snapshot().to_json();
-        assert!(seq.step_begin(VOCAB + 1).is_err(), "token outside vocabulary");
+        assert!(
+            seq.step_begin(VOCAB + 1).is_err(),
+            "token outside vocabulary"
+        );
         assert!(seq.prefill(&[1, VOCAB], None).is_err());
         assert!(seq.prefill(&[1, 2], Some(&[true])).is_err(), "mask length");
         assert!(seq.hint(&[VOCAB + 3]).is_err());

@@ -165,7 +165,9 @@ fn drive(seq: &mut Sequence, model: &Model, counts: &Counts, seed: u64, deadline
                         let Ok(got) = got else { break };
                         let want = reference(model, &ids, table, from as usize, upto as usize);
                         assert!(got == want, "prefill rows of table {table} differ");
-                        counts.rows_checked.fetch_add(want.len() as u64 / 264, Ordering::Relaxed);
+                        counts
+                            .rows_checked
+                            .fetch_add(want.len() as u64 / 264, Ordering::Relaxed);
                     }
                 }
             }
@@ -183,8 +185,13 @@ fn drive(seq: &mut Sequence, model: &Model, counts: &Counts, seed: u64, deadline
                 let got = seq.step_wait(table).map(|v| v.to_vec());
                 counts.call(&got);
                 if let Ok(got) = got {
-                    assert!(got == reference(model, &ids, table, 0, 1), "decode rows differ");
-                    counts.rows_checked.fetch_add(COLS as u64, Ordering::Relaxed);
+                    assert!(
+                        got == reference(model, &ids, table, 0, 1),
+                        "decode rows differ"
+                    );
+                    counts
+                        .rows_checked
+                        .fetch_add(COLS as u64, Ordering::Relaxed);
                 }
             }
             if rng.below(20) == 0 && seq.len() > 2 {
@@ -299,9 +306,20 @@ fn soak_eight_sequences_under_random_faults() {
         truncated.reads(),
         counts.rows_checked.load(Ordering::Relaxed),
     );
-    assert!(counts.errors.load(Ordering::Relaxed) > 0, "no fault reached a call");
+    assert!(
+        counts.errors.load(Ordering::Relaxed) > 0,
+        "no fault reached a call"
+    );
     assert_eq!(hangs, 0);
     assert_eq!(threads_now(), threads_before, "threads left behind");
-    assert_eq!(Arc::strong_count(&cached), 1, "references to the source left behind");
-    assert_eq!(Arc::strong_count(&mixed), 2, "only the cache and the test hold it");
+    assert_eq!(
+        Arc::strong_count(&cached),
+        1,
+        "references to the source left behind"
+    );
+    assert_eq!(
+        Arc::strong_count(&mixed),
+        2,
+        "only the cache and the test hold it"
+    );
 }

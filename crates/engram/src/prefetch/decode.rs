@@ -254,7 +254,11 @@ impl StepJob {
     /// The largest ready count of the tables (tests: it stays 0 or 1).
     #[cfg(test)]
     pub(crate) fn max_ready_count(&self) -> u32 {
-        self.tables.iter().map(|t| t.ready.count()).max().unwrap_or(0)
+        self.tables
+            .iter()
+            .map(|t| t.ready.count())
+            .max()
+            .unwrap_or(0)
     }
 
     /// Bytes per row of `table`.

@@ -331,7 +331,10 @@ mod tests {
         ready.restart();
         assert_eq!(ready.count(), 0);
         assert!(!ready.is_failed() && ready.error().is_none());
-        assert!(ready.try_wait(1).is_none(), "a new epoch waits for new rows");
+        assert!(
+            ready.try_wait(1).is_none(),
+            "a new epoch waits for new rows"
+        );
         ready.publish(1);
         assert_eq!(ready.wait(1).unwrap(), 1);
         ready.cancel();

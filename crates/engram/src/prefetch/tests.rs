@@ -146,7 +146,7 @@ fn a_panic_in_a_prefill_task_ends_every_wait_and_the_drop() {
                     assert!(internal(&e, &name), "{e}");
                 }
             } // the drop returns
-            // The engine's threads and the sequence live on.
+              // The engine's threads and the sequence live on.
             engine.inject_panic(PanicSite::Prefill, table, false);
             let mut prefill = seq.prefill(&prompt[..20], None).unwrap();
             prefill.wait(table, 20).unwrap();

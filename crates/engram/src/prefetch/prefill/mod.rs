@@ -118,7 +118,9 @@ pub(crate) struct PrefillSetup<'a> {
 impl<'s> Prefill<'s> {
     pub(crate) fn start(setup: PrefillSetup<'_>) -> Prefill<'s> {
         let tables = setup.cols.len();
-        let jobs = (0..tables).map(|table| TableJob::new(&setup, table)).collect();
+        let jobs = (0..tables)
+            .map(|table| TableJob::new(&setup, table))
+            .collect();
         let core = Arc::new(PrefillCore::new(setup.id, jobs, setup.plan, setup.pool));
         if setup.plan.mode == Mode::Overlap {
             core.try_schedule();
