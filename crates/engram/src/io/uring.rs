@@ -508,3 +508,53 @@ impl Drop for RingLoop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_ring_thread_that_stops_with_reads_in_flight_leaks_their_buffers() {
+        let ring = match setup_ring(4) {
+            Ok(ring) => ring,
+            Err(e) => {
+                eprintln!("skipping: io_uring unavailable: {e}");
+                return;
+            }
+        };
+        // A read from an empty pipe stays in the kernel until a write.
+        let mut fds = [0; 2];
+        // SAFETY: a valid array of two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let mut ring_loop = RingLoop::new(ring, vec![fds[0]], false, 4);
+        let mut buf = BounceBuf::zeroed(PAGE as usize).unwrap();
+        let base = buf.as_mut_ptr();
+        let (reply, replies) = crossbeam_channel::bounded(1);
+        ring_loop.add(Submission {
+            ops: vec![ReadOp {
+                file: 0,
+                offset: 0,
+                len: PAGE as usize,
+                need: PAGE as usize,
+                buf_off: 0,
+            }],
+            buf,
+            base,
+            priority: Priority::Demand,
+            reply,
+        });
+        ring_loop.fill();
+        ring_loop.ring.submit().unwrap();
+        assert_eq!(ring_loop.in_flight, 1);
+        // What a panic unwinding out of `run` does: the loop is dropped.
+        drop(ring_loop);
+        let done = replies.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(done.buf.is_none(), "a buffer the kernel may write was handed back");
+        assert!(done.failure.is_some());
+        for fd in fds {
+            // SAFETY: descriptors this test opened.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
