@@ -166,3 +166,17 @@ pub extern "C" fn engram_status_name(status: i32) -> *const c_char {
     };
     name.as_ptr()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reader_task_panic_is_engram_panic() {
+        let e = FfiError::from(engram::Error::Internal(
+            "the decode reader of table 1 panicked: boom".into(),
+        ));
+        assert_eq!(e.status, ENGRAM_PANIC);
+        assert!(e.message.contains("table 1"), "{}", e.message);
+    }
+}

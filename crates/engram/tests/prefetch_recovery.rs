@@ -8,37 +8,30 @@ mod prefetch_util;
 use std::sync::Arc;
 use std::time::Duration;
 
-use engram::codec::{Encoding, ROW_DIM};
 use engram::io::fault::{FaultPlan, FaultSource};
 use engram::io::IoConfig;
-use engram::layout::Layout;
-use engram::model::{synth, Model, NoProgress};
+use engram::model::Model;
 use engram::prefetch::{Engine, PrefetchConfig, Sequence};
 use engram::Error;
-use prefetch_util::{source_arc, tiny_layout, within, MemSource, VOCAB};
+use prefetch_util::{source_arc, tiny_layout, within, write_file_model, MemSource, VOCAB};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const COLS: usize = 4;
 const STEPS: u32 = 40;
 
-fn model_layout() -> Layout {
-    Layout {
-        head_dim: ROW_DIM,
-        ..tiny_layout()
-    }
-}
-
-fn write_model(dir: &std::path::Path) -> Model {
-    let path = dir.join("m.gguf");
-    synth::write_gguf(
-        &path,
-        &model_layout(),
-        Encoding::E4m3E8m0Row264,
-        7,
-        &NoProgress,
-    )
-    .unwrap();
-    Model::open(&path).unwrap()
+/// A model in a fresh directory and a source over it whose first `EIO`
+/// read overlapping `table`'s rows fails (once).
+fn with_one_eio(table: usize) -> (tempfile::TempDir, Model, Arc<FaultSource>) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_file_model(dir.path());
+    let t = &model.tables[table];
+    let range = t.offset..t.offset + t.rows * u64::from(t.row_bytes);
+    let plan = FaultPlan {
+        eio_in_range: Some((range, 1)),
+        ..FaultPlan::default()
+    };
+    let source = Arc::new(FaultSource::open(&model.tables, &IoConfig::default(), plan).unwrap());
+    (dir, model, source)
 }
 
 fn config(prefetch: bool) -> PrefetchConfig {
@@ -105,7 +98,7 @@ fn decode(seq: &mut Sequence, model: &Model, retry: bool) -> Outcome {
 fn decode_over_a_file_truncated_in_table_1_fails_only_the_steps_that_need_lost_rows() {
     for prefetch in [true, false] {
         let dir = tempfile::tempdir().unwrap();
-        let model = write_model(dir.path());
+        let model = write_file_model(dir.path());
         let t1 = &model.tables[1];
         let keep_rows = t1.rows / 2;
         let cut = t1.offset + keep_rows * u64::from(t1.row_bytes);
@@ -113,7 +106,7 @@ fn decode_over_a_file_truncated_in_table_1_fails_only_the_steps_that_need_lost_r
         // cut in the middle of table 1 (after it was opened, as a file
         // that shrinks under a running engine) by its first read.
         let victim = tempfile::tempdir().unwrap();
-        let copy = write_model(victim.path());
+        let copy = write_file_model(victim.path());
         let plan = FaultPlan {
             truncate_at_read: Some((0, cut)),
             ..FaultPlan::default()
@@ -146,16 +139,7 @@ fn decode_over_a_file_truncated_in_table_1_fails_only_the_steps_that_need_lost_r
 fn a_transient_eio_on_each_table_fails_one_step_and_the_next_reads_afresh() {
     for prefetch in [true, false] {
         for table in 0..2 {
-            let dir = tempfile::tempdir().unwrap();
-            let model = write_model(dir.path());
-            let t = &model.tables[table];
-            let range = t.offset..t.offset + t.rows * u64::from(t.row_bytes);
-            let plan = FaultPlan {
-                eio_in_range: Some((range, 1)),
-                ..FaultPlan::default()
-            };
-            let source =
-                Arc::new(FaultSource::open(&model.tables, &IoConfig::default(), plan).unwrap());
+            let (_dir, model, source) = with_one_eio(table);
             let engine = Engine::for_model(&model, source.clone(), config(prefetch)).unwrap();
             let outcome = within(LIMIT, move || {
                 let mut seq = engine.sequence();
@@ -175,16 +159,7 @@ fn a_transient_eio_on_each_table_fails_one_step_and_the_next_reads_afresh() {
 #[test]
 fn without_prefetch_a_failed_wait_can_be_repeated_and_reads_again() {
     for table in 0..2 {
-        let dir = tempfile::tempdir().unwrap();
-        let model = write_model(dir.path());
-        let t = &model.tables[table];
-        let range = t.offset..t.offset + t.rows * u64::from(t.row_bytes);
-        let plan = FaultPlan {
-            eio_in_range: Some((range, 1)),
-            ..FaultPlan::default()
-        };
-        let source =
-            Arc::new(FaultSource::open(&model.tables, &IoConfig::default(), plan).unwrap());
+        let (_dir, model, source) = with_one_eio(table);
         let engine = Engine::for_model(&model, source.clone(), config(false)).unwrap();
         let outcome = within(LIMIT, move || {
             let mut seq = engine.sequence();
@@ -201,16 +176,7 @@ fn without_prefetch_a_failed_wait_can_be_repeated_and_reads_again() {
 #[test]
 fn an_eio_during_a_prefill_fails_that_prefill_and_decode_goes_on() {
     for table in 0..2 {
-        let dir = tempfile::tempdir().unwrap();
-        let model = write_model(dir.path());
-        let t = &model.tables[table];
-        let range = t.offset..t.offset + t.rows * u64::from(t.row_bytes);
-        let plan = FaultPlan {
-            eio_in_range: Some((range, 1)),
-            ..FaultPlan::default()
-        };
-        let source =
-            Arc::new(FaultSource::open(&model.tables, &IoConfig::default(), plan).unwrap());
+        let (_dir, model, source) = with_one_eio(table);
         let engine = Engine::for_model(&model, source, config(true)).unwrap();
         within(LIMIT, move || {
             let mut seq = engine.sequence();

@@ -14,14 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engram::cache::{CachedSource, RowCache};
-use engram::codec::{Encoding, ROW_DIM};
 use engram::io::fault::{FaultPlan, FaultSource};
 use engram::io::{BatchStats, IoConfig, Priority, RowSource};
-use engram::layout::Layout;
-use engram::model::{synth, Model, NoProgress};
+use engram::model::Model;
 use engram::prefetch::{Engine, PrefetchConfig, Sequence};
 use engram::Result;
-use prefetch_util::{tiny_layout, VOCAB};
+use prefetch_util::{write_file_model, VOCAB};
 
 const SEQUENCES: usize = 8;
 const COLS: usize = 4;
@@ -44,7 +42,7 @@ impl Rng {
     }
 }
 
-/// Routes about one call in ten to the truncated copy, the rest to the
+/// Routes one call in ten to the truncated copy, the rest to the
 /// faulty whole file; counts calls and the errors they returned.
 struct Mixed {
     whole: Arc<FaultSource>,
@@ -74,7 +72,7 @@ impl RowSource for Mixed {
         priority: Priority,
     ) -> Result<BatchStats> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        let source = if Rng(n ^ 0x5EED).next() % 10 == 0 {
+        let source = if n % 10 == 3 {
             &self.truncated
         } else {
             &self.whole
@@ -105,20 +103,6 @@ impl Counts {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
     }
-}
-
-fn model_layout() -> Layout {
-    Layout {
-        head_dim: ROW_DIM,
-        ..tiny_layout()
-    }
-}
-
-fn write_model(dir: &std::path::Path) -> Model {
-    let path = dir.join("m.gguf");
-    let layout = model_layout();
-    synth::write_gguf(&path, &layout, Encoding::E4m3E8m0Row264, 7, &NoProgress).unwrap();
-    Model::open(&path).unwrap()
 }
 
 /// The model file's rows of `table` for tokens `from..to` of `ids`.
@@ -210,9 +194,9 @@ fn soak_eight_sequences_under_random_faults() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let dir = tempfile::tempdir().unwrap();
-    let model = write_model(dir.path());
+    let model = write_file_model(dir.path());
     let copy_dir = tempfile::tempdir().unwrap();
-    let copy = write_model(copy_dir.path());
+    let copy = write_file_model(copy_dir.path());
     let t1 = &model.tables[1];
     let cut = t1.offset + t1.rows / 2 * u64::from(t1.row_bytes);
     let io = IoConfig::default();

@@ -550,7 +550,10 @@ mod tests {
         // What a panic unwinding out of `run` does: the loop is dropped.
         drop(ring_loop);
         let done = replies.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert!(done.buf.is_none(), "a buffer the kernel may write was handed back");
+        assert!(
+            done.buf.is_none(),
+            "a buffer the kernel may write was handed back"
+        );
         assert!(done.failure.is_some());
         for fd in fds {
             // SAFETY: descriptors this test opened.

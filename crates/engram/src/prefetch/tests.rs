@@ -3,23 +3,29 @@
 //! table, drops return, and the engine's threads survive. Each test runs
 //! under a timeout so a hang fails it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use super::{Engine, PanicSite, PrefetchConfig};
 use crate::io::BatchStats;
-use crate::layout::{Layout, TableLayout};
+use crate::layout::Layout;
 use crate::prefetch::source::{Priority, RowSource};
 use crate::{Error, Result};
 
 const LIMIT: Duration = Duration::from_secs(30);
-const VOCAB: u32 = 50;
+/// Token ids used (all inside the V4.1 vocabulary).
+const VOCAB: u32 = 5000;
 
-/// Two tables of 8-byte rows, each byte the low byte of the row id.
-#[derive(Default)]
+/// The tables of [`layout`] with 8-byte rows, each byte the low byte of the
+/// row id.
 struct Rows {
-    reads: AtomicU64,
+    layout: Layout,
+}
+
+impl Rows {
+    fn new() -> Arc<Rows> {
+        Arc::new(Rows { layout: layout() })
+    }
 }
 
 impl RowSource for Rows {
@@ -30,7 +36,7 @@ impl RowSource for Rows {
         2
     }
     fn table_rows(&self, table: usize) -> u64 {
-        [220, 152][table]
+        self.layout.tables[table].rows
     }
     fn row_bytes(&self, _table: usize) -> usize {
         8
@@ -42,7 +48,6 @@ impl RowSource for Rows {
         out: &mut [u8],
         _priority: Priority,
     ) -> Result<BatchStats> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
         for (row, dst) in rows.iter().zip(out.chunks_exact_mut(8)) {
             dst.fill(*row as u8);
         }
@@ -50,37 +55,9 @@ impl RowSource for Rows {
     }
 }
 
-/// A 2-table layout, orders 2..=3, 2 heads: 4 rows per token.
+/// The V4.1-Flash layout at a small scale: a few thousand rows per table.
 fn layout() -> Layout {
-    let table = |layer_id: u32, primes: [u32; 4], m: [u64; 3]| {
-        let offsets = primes
-            .iter()
-            .scan(0, |sum, &p| {
-                let at = *sum;
-                *sum += p;
-                Some(at)
-            })
-            .collect();
-        TableLayout {
-            layer_id,
-            primes: primes.to_vec(),
-            offsets,
-            rows: primes.iter().map(|&p| u64::from(p)).sum(),
-            multipliers: m.to_vec(),
-        }
-    };
-    Layout {
-        max_ngram_size: 3,
-        n_heads: 2,
-        head_dim: 8,
-        token_map: (0..VOCAB).map(|t| t % 40).collect::<Vec<_>>().into(),
-        compressed_vocab_size: 40,
-        pad_compressed_id: 2,
-        tables: vec![
-            table(1, [61, 59, 53, 47], [1_000_003, 77_777, 123_457]),
-            table(14, [43, 41, 37, 31], [998_244_353, 4_093, 65_537]),
-        ],
-    }
+    crate::layout::preset("deepseek-v4.1-flash", 65536).unwrap()
 }
 
 fn engine(source: &Arc<Rows>) -> Engine {
@@ -92,7 +69,7 @@ fn engine(source: &Arc<Rows>) -> Engine {
         overlap_threshold: 0,
         ..PrefetchConfig::default()
     };
-    Engine::new(source.clone(), layout(), config).unwrap()
+    Engine::new(source.clone(), source.layout.clone(), config).unwrap()
 }
 
 /// Runs `f` on a thread; a hang past the limit fails the test.
@@ -121,7 +98,7 @@ fn internal(e: &Error, what: &str) -> bool {
 #[test]
 fn a_panic_in_a_prefill_task_ends_every_wait_and_the_drop() {
     for table in 0..2 {
-        let source = Arc::new(Rows::default());
+        let source = Rows::new();
         let engine = engine(&source);
         engine.inject_panic(PanicSite::Prefill, table, true);
         let engine = within(move || {
@@ -165,7 +142,7 @@ fn a_panic_in_a_prefill_task_ends_every_wait_and_the_drop() {
 #[test]
 fn a_panic_in_a_decode_task_ends_every_wait_and_later_steps_are_refused() {
     for table in 0..2 {
-        let source = Arc::new(Rows::default());
+        let source = Rows::new();
         let engine = engine(&source);
         let engine = within(move || {
             let mut seq = engine.sequence();
@@ -201,7 +178,7 @@ fn a_panic_in_a_decode_task_ends_every_wait_and_later_steps_are_refused() {
 
 #[test]
 fn a_panic_in_a_hint_task_ends_nothing_else() {
-    let source = Arc::new(Rows::default());
+    let source = Rows::new();
     let engine = engine(&source);
     engine.inject_panic(PanicSite::Hint, 0, true);
     let engine = within(move || {
@@ -231,7 +208,7 @@ fn many_decode_steps_never_run_the_ready_count_up() {
     // An epoch per step: the count is 0 or 1 whatever the step number, so
     // a wait can never return before its rows are written once a running
     // count would have saturated.
-    let source = Arc::new(Rows::default());
+    let source = Rows::new();
     let engine = engine(&source);
     within(move || {
         let mut seq = engine.sequence();
@@ -240,7 +217,8 @@ fn many_decode_steps_never_run_the_ready_count_up() {
             let ids = seq.row_ids(&[token], None).unwrap();
             seq.step_begin(token).unwrap();
             let rows = seq.step_wait(1).unwrap().to_vec();
-            let want: Vec<u8> = ids[4..].iter().flat_map(|&r| [r as u8; 8]).collect();
+            let cols = seq.rows_per_token();
+            let want: Vec<u8> = ids[cols..].iter().flat_map(|&r| [r as u8; 8]).collect();
             assert_eq!(rows, want, "step {step}");
             assert!(seq.steps.max_ready_count() <= 1);
         }
