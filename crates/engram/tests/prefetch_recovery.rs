@@ -199,15 +199,16 @@ fn an_eio_during_a_prefill_fails_that_prefill_and_decode_goes_on() {
     }
 }
 
+/// An engine over the in-memory tiny model, prefetch on.
+fn mem_engine() -> Engine {
+    let layout = tiny_layout();
+    let source = source_arc(MemSource::for_layout(&layout)).1;
+    Engine::new(source, layout, config(true)).unwrap()
+}
+
 #[test]
 fn a_refused_step_begin_or_prefill_leaves_the_sequence_as_it_was() {
-    let layout = tiny_layout();
-    let engine = Engine::new(
-        source_arc(MemSource::for_layout(&layout)).1,
-        layout,
-        config(true),
-    )
-    .unwrap();
+    let engine = mem_engine();
     within(LIMIT, move || {
         let mut seq = engine.sequence();
         drop(seq.prefill(&[1, 2, 3], None).unwrap());
@@ -236,13 +237,7 @@ fn a_refused_step_begin_or_prefill_leaves_the_sequence_as_it_was() {
 
 #[test]
 fn a_rollback_of_every_token_then_a_wait_does_not_underflow() {
-    let layout = tiny_layout();
-    let engine = Engine::new(
-        source_arc(MemSource::for_layout(&layout)).1,
-        layout,
-        config(true),
-    )
-    .unwrap();
+    let engine = mem_engine();
     within(LIMIT, move || {
         let mut seq = engine.sequence();
         seq.step_begin(7).unwrap();
