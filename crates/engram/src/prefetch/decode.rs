@@ -372,60 +372,9 @@ impl Task for StepTask {
     }
 }
 
-/// A speculative read into the row cache; errors are ignored (nobody waits
-/// on a hint) but the batch is counted under [`Phase::Hint`].
-pub(crate) struct HintTask {
-    pub owner: u64,
-    /// The sequence's hint counter: its drop waits for running hints.
-    pub flight: Arc<InFlight>,
-    pub table: usize,
-    pub rows: Vec<u32>,
-    pub source: Arc<dyn RowSource>,
-    pub stats: Arc<StatsRecorder>,
-    pub pool: Arc<PoolShared>,
-}
-
-impl Task for HintTask {
-    fn run(self: Box<Self>) {
-        let HintTask {
-            flight,
-            table,
-            rows,
-            source,
-            stats,
-            pool,
-            ..
-        } = *self;
-        let held = Leaving::new((source, stats, pool), vec![flight]);
-        let (source, stats, pool) = &*held;
-        // Nobody waits on a hint: a panic only ends this one (the guard
-        // leaves the count as it unwinds).
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            pool.faults.hit(PanicSite::Hint, table);
-            let mut out = vec![0u8; rows.len() * source.row_bytes(table)];
-            let _ = ReadCtx {
-                source,
-                stats,
-                phase: Phase::Hint,
-                priority: Priority::Hint,
-                batch: true,
-            }
-            .read(table, &rows, &mut out);
-        }));
-    }
-
-    fn abandon(self: Box<Self>) {
-        let flight = self.flight.clone();
-        drop(Leaving::new(self, vec![flight]));
-    }
-
-    fn owner(&self) -> u64 {
-        self.owner
-    }
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::super::hint::HintTask;
     use super::*;
     use crate::cache::{CachedSource, RowCache};
     use crate::io::BatchStats;
@@ -572,6 +521,80 @@ mod tests {
         job.wait(1, true).unwrap();
         assert_eq!(inner.rows_read(), read + 1);
         job.cancel_and_join(&pool.shared());
+        pool.shutdown();
+    }
+
+    /// Occupies a pool thread until the gate opens.
+    struct Gate {
+        running: std::sync::mpsc::Sender<()>,
+        gate: std::sync::mpsc::Receiver<()>,
+    }
+
+    impl Task for Gate {
+        fn run(self: Box<Self>) {
+            let _ = self.running.send(());
+            let _ = self.gate.recv_timeout(std::time::Duration::from_secs(10));
+        }
+        fn abandon(self: Box<Self>) {}
+        fn owner(&self) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
+        let source: Arc<dyn RowSource> = Arc::new(Probe::default());
+        let stats = Arc::new(StatsRecorder::new(2));
+        let mut pool = Pool::start(1, 1, 8).unwrap();
+        // The only general thread is busy: a queued hint would wait behind
+        // it (as behind other sequences' demand reads).
+        let (running, started) = std::sync::mpsc::channel();
+        let (open, gate) = std::sync::mpsc::channel();
+        pool.shared()
+            .submit_demand(Box::new(Gate { running, gate }));
+        started.recv().unwrap();
+        let job = StepJob::new(1, &[2, 2], &[None, None], true, &source, &stats);
+        lock(&job.held).holding = true; // a step's first table is being read
+        job.hints.enter();
+        let hint = Box::new(HintTask {
+            owner: job.id,
+            flight: job.hints.clone(),
+            table: 0,
+            rows: vec![1, 2],
+            source: source.clone(),
+            stats: stats.clone(),
+            pool: pool.shared(),
+        });
+        job.submit_hint(hint, &pool.shared());
+        // The drop marks the hints cancelled and purges the pool's queues;
+        // then the step task finishes its first table and releases the
+        // hints it held: they must not reach the pool, where nothing would
+        // purge them again.
+        job.cancel_hints();
+        pool.shared().cancel_owner(job.id);
+        job.release_hints(&pool.shared());
+        // Nor does a hint submitted after the purge.
+        job.hints.enter();
+        let late = Box::new(HintTask {
+            owner: job.id,
+            flight: job.hints.clone(),
+            table: 1,
+            rows: vec![3],
+            source: source.clone(),
+            stats: stats.clone(),
+            pool: pool.shared(),
+        });
+        job.submit_hint(late, &pool.shared());
+        let (done, idle) = std::sync::mpsc::channel();
+        let flight = job.hints.clone();
+        let waiter = std::thread::spawn(move || {
+            flight.wait_idle();
+            let _ = done.send(());
+        });
+        let drained = idle.recv_timeout(std::time::Duration::from_secs(5));
+        open.send(()).unwrap();
+        waiter.join().unwrap();
+        assert!(drained.is_ok(), "a hint was queued after the drop began");
         pool.shutdown();
     }
 }

@@ -15,6 +15,7 @@
 mod config;
 mod decode;
 mod guard;
+mod hint;
 pub mod lookup;
 mod pool;
 mod prefill;
@@ -44,7 +45,8 @@ use crate::layout::Layout;
 use crate::model::Model;
 use crate::stats::{Phase, Stats, StatsRecorder};
 use crate::{Error, Result};
-use decode::{HintTask, StepJob};
+use decode::StepJob;
+use hint::HintTask;
 use pool::{Pool, PoolShared};
 use prefill::{Mode, Plan, PrefillSetup};
 use source::RowSource;
