@@ -61,8 +61,9 @@ typedef enum engram_status {
   ENGRAM_CORRUPT_ROW = 8,
   // The prefill, sequence or engine was ended while the call waited.
   ENGRAM_CANCELLED = 9,
-  // A bug in the library: a panic was caught at the boundary. The object
-  // it happened on may refuse further calls with this status.
+  // A bug in the library: a panic was caught at the boundary or in a
+  // reader task. The object it happened on may refuse further calls with
+  // this status.
   ENGRAM_PANIC = 10,
   // An error of a kind this version does not classify.
   ENGRAM_INTERNAL = 11,

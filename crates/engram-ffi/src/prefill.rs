@@ -83,9 +83,18 @@ pub unsafe extern "C" fn engram_prefill_begin(
             prefill,
             upto: vec![0; obj.row_bytes.len()],
         });
-        drop(inner);
+        // Registered before the sequence's lock is released: an
+        // `engram_seq_free` racing this call takes the lock after it and
+        // so finds (and ends) the handle; registered after, the handle
+        // would outlive the prefill the free ended.
+        let pf_obj = Arc::new(PrefillObj {
+            handle,
+            seq: obj.clone(),
+        });
         // SAFETY: forwarded from the caller's contract.
-        unsafe { handles::hand_out(pf, "pf", handle, Arc::new(PrefillObj { handle, seq: obj })) }
+        let given = unsafe { handles::hand_out(pf, "pf", handle, pf_obj) };
+        drop(inner);
+        given
     })
 }
 

@@ -63,6 +63,10 @@ pub(crate) struct SeqInner {
     /// Declared before `seq`: ends (cancels and joins) before it drops.
     pub prefill: Option<LivePrefill>,
     pub seq: Sequence,
+    /// `engram_seq_free` ran: a call that took its share of the sequence
+    /// before the free but its lock after it is refused, so nothing (a
+    /// prefill handle above all) is started on a freed sequence.
+    freed: bool,
 }
 
 pub(crate) struct SeqObj {
@@ -75,9 +79,24 @@ pub(crate) struct SeqObj {
 }
 
 impl SeqObj {
-    /// The sequence's state, or `ENGRAM_PANIC` if an earlier call panicked
-    /// while holding it (its state may be half-updated).
+    /// The sequence's state; `ENGRAM_PANIC` if an earlier call panicked
+    /// while holding it (its state may be half-updated),
+    /// `ENGRAM_INVALID_HANDLE` once it was freed.
     pub fn lock(&self) -> FfiResult<MutexGuard<'_, SeqInner>> {
+        let inner = self.lock_even_freed()?;
+        if inner.freed {
+            return Err(FfiError::new(
+                engram_status::ENGRAM_INVALID_HANDLE,
+                format!(
+                    "engram_seq handle {:#x} was freed (by engram_seq_free on another thread) before this call got to it",
+                    self.handle
+                ),
+            ));
+        }
+        Ok(inner)
+    }
+
+    fn lock_even_freed(&self) -> FfiResult<MutexGuard<'_, SeqInner>> {
         self.inner.lock().map_err(|_| {
             FfiError::new(
                 engram_status::ENGRAM_PANIC,
@@ -155,6 +174,7 @@ pub unsafe extern "C" fn engram_seq_new(
             inner: Mutex::new(SeqInner {
                 prefill: None,
                 seq: sequence,
+                freed: false,
             }),
         });
         // SAFETY: forwarded from the caller's contract.
@@ -177,8 +197,12 @@ pub unsafe extern "C" fn engram_seq_free(seq: *mut engram_seq) -> engram_status 
             return Ok(());
         }
         let obj: Arc<SeqObj> = handles::remove(seq.addr())?;
-        let stats = match obj.lock() {
+        let stats = match obj.lock_even_freed() {
             Ok(mut inner) => {
+                // Under the lock: a prefill_begin that already holds a
+                // share of the sequence either ran before (its prefill is
+                // ended here) or finds it freed.
+                inner.freed = true;
                 if let Some(live) = inner.prefill.take() {
                     let _ = handles::remove::<PrefillObj>(live.handle);
                     drop(live); // cancels and joins its readers

@@ -35,8 +35,9 @@ pub enum engram_status {
     ENGRAM_CORRUPT_ROW = 8,
     /// The prefill, sequence or engine was ended while the call waited.
     ENGRAM_CANCELLED = 9,
-    /// A bug in the library: a panic was caught at the boundary. The object
-    /// it happened on may refuse further calls with this status.
+    /// A bug in the library: a panic was caught at the boundary or in a
+    /// reader task. The object it happened on may refuse further calls with
+    /// this status.
     ENGRAM_PANIC = 10,
     /// An error of a kind this version does not classify.
     ENGRAM_INTERNAL = 11,
@@ -81,6 +82,9 @@ impl From<engram::Error> for FfiError {
             E::CorruptRow { .. } => ENGRAM_CORRUPT_ROW,
             E::InvalidArgument(_) => ENGRAM_INVALID_ARGUMENT,
             E::Cancelled => ENGRAM_CANCELLED,
+            // A reader task panicked: the same bug class as a panic caught
+            // at the boundary.
+            E::Internal(_) => ENGRAM_PANIC,
             _ => ENGRAM_INTERNAL,
         };
         FfiError::new(status, e.to_string())
@@ -161,4 +165,18 @@ pub extern "C" fn engram_status_name(status: i32) -> *const c_char {
         _ => c"ENGRAM_UNKNOWN_STATUS",
     };
     name.as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reader_task_panic_is_engram_panic() {
+        let e = FfiError::from(engram::Error::Internal(
+            "the decode reader of table 1 panicked: boom".into(),
+        ));
+        assert_eq!(e.status, ENGRAM_PANIC);
+        assert!(e.message.contains("table 1"), "{}", e.message);
+    }
 }

@@ -82,7 +82,7 @@ fn prompt_tokens() -> Vec<u32> {
     for doc in [
         "docs/ARCHITECTURE.md",
         "README.md",
-        "crates/engram/src/prefetch/prefill.rs",
+        "crates/engram/src/prefetch/prefill/mod.rs",
     ] {
         text.push_str(&std::fs::read_to_string(root.join(doc)).expect("read a repo file"));
     }

@@ -78,6 +78,11 @@ pub enum Error {
     /// The operation was cancelled (its sequence, prefill or engine was dropped).
     #[error("cancelled")]
     Cancelled,
+    /// A bug in the library: a reader task panicked. The message names the
+    /// task and table; the prefill or sequence it happened on answers this
+    /// error from then on instead of waiting for work that will not come.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {

@@ -33,6 +33,14 @@ pub struct FaultPlan {
     pub latency: Option<Duration>,
     /// At this read number, truncate the file read to this length first.
     pub truncate_at_read: Option<(u64, u64)>,
+    /// Reads that overlap this byte range (of any file) fail with `EIO`,
+    /// the first `n` of them (`u64::MAX`: all): a bad region of the device,
+    /// transient or not.
+    pub eio_in_range: Option<(std::ops::Range<u64>, u64)>,
+    /// `(seed, n)`: about one read in `n` fails with `EIO`, chosen by a
+    /// hash of the seed and the read number (reproducible for one order of
+    /// reads).
+    pub eio_one_in: Option<(u64, u64)>,
 }
 
 /// Shared fault state: the plan and the read counter.
@@ -41,6 +49,25 @@ struct FaultState {
     plan: FaultPlan,
     reads: AtomicU64,
     eio_fired: AtomicBool,
+    /// Reads failed by `eio_in_range` so far.
+    range_fired: AtomicU64,
+    /// Reads failed by any injected `EIO` so far.
+    eio_count: AtomicU64,
+}
+
+impl FaultState {
+    fn eio(&self) -> io::Result<usize> {
+        self.eio_count.fetch_add(1, Ordering::SeqCst);
+        Err(io::Error::from_raw_os_error(libc::EIO))
+    }
+}
+
+/// SplitMix64's finalizer: a well-spread hash of `x`.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
 }
 
 /// A file that injects the faults of its [`FaultState`].
@@ -65,7 +92,19 @@ impl PositionalRead for FaultyFile {
                 .set_len(len)?;
         }
         if plan.eio_at_read == Some(n) && !self.state.eio_fired.swap(true, Ordering::SeqCst) {
-            return Err(io::Error::from_raw_os_error(libc::EIO));
+            return self.state.eio();
+        }
+        if let Some((range, times)) = &plan.eio_in_range {
+            let end = offset.saturating_add(buf.len() as u64);
+            let overlaps = offset < range.end && end > range.start;
+            if overlaps && self.state.range_fired.fetch_add(1, Ordering::SeqCst) < *times {
+                return self.state.eio();
+            }
+        }
+        if let Some((seed, one_in)) = plan.eio_one_in {
+            if one_in > 0 && mix(seed ^ n) % one_in == 0 {
+                return self.state.eio();
+            }
         }
         if plan
             .interrupt_every
@@ -100,6 +139,8 @@ impl FaultSource {
             plan,
             reads: AtomicU64::new(0),
             eio_fired: AtomicBool::new(false),
+            range_fired: AtomicU64::new(0),
+            eio_count: AtomicU64::new(0),
         });
         let faulty: Vec<Arc<dyn PositionalRead>> = files
             .files
@@ -123,6 +164,11 @@ impl FaultSource {
     /// `pread` calls made so far (including failed and retried ones).
     pub fn reads(&self) -> u64 {
         self.state.reads.load(Ordering::SeqCst)
+    }
+
+    /// `EIO` errors injected so far (all kinds).
+    pub fn eio_injected(&self) -> u64 {
+        self.state.eio_count.load(Ordering::SeqCst)
     }
 }
 

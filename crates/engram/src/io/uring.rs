@@ -461,8 +461,9 @@ impl RingLoop {
         }
     }
 
-    /// The ring cannot submit any more: fail every batch. Buffers with
-    /// reads still in the kernel are leaked, not freed.
+    /// The ring cannot submit any more (or the thread is ending): fail
+    /// every batch. Buffers with reads still in the kernel are leaked, not
+    /// freed.
     fn break_down(&mut self, error: io::Error) {
         for active in self.slots.iter_mut().filter_map(Option::take) {
             let Active {
@@ -491,6 +492,72 @@ impl RingLoop {
                     ),
                 }),
             });
+        }
+    }
+}
+
+impl Drop for RingLoop {
+    /// Runs on every exit of the ring thread, a panic included, before the
+    /// ring is closed: batches still held are answered with an error, and
+    /// their buffers leaked if the kernel may still write into them (a
+    /// panic unwinding past them would otherwise free them under the
+    /// kernel's writes).
+    fn drop(&mut self) {
+        if self.slots.iter().any(Option::is_some) {
+            self.break_down(io::Error::other("the io_uring thread stopped"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_ring_thread_that_stops_with_reads_in_flight_leaks_their_buffers() {
+        let ring = match setup_ring(4) {
+            Ok(ring) => ring,
+            Err(e) => {
+                eprintln!("skipping: io_uring unavailable: {e}");
+                return;
+            }
+        };
+        // A read from an empty pipe stays in the kernel until a write.
+        let mut fds = [0; 2];
+        // SAFETY: a valid array of two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let mut ring_loop = RingLoop::new(ring, vec![fds[0]], false, 4);
+        let mut buf = BounceBuf::zeroed(PAGE as usize).unwrap();
+        let base = buf.as_mut_ptr();
+        let (reply, replies) = crossbeam_channel::bounded(1);
+        ring_loop.add(Submission {
+            ops: vec![ReadOp {
+                file: 0,
+                offset: 0,
+                len: PAGE as usize,
+                need: PAGE as usize,
+                buf_off: 0,
+            }],
+            buf,
+            base,
+            priority: Priority::Demand,
+            reply,
+        });
+        ring_loop.fill();
+        ring_loop.ring.submit().unwrap();
+        assert_eq!(ring_loop.in_flight, 1);
+        // What a panic unwinding out of `run` does: the loop is dropped.
+        drop(ring_loop);
+        let done = replies.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(
+            done.buf.is_none(),
+            "a buffer the kernel may write was handed back"
+        );
+        assert!(done.failure.is_some());
+        for fd in fds {
+            // SAFETY: descriptors this test opened.
+            unsafe { libc::close(fd) };
         }
     }
 }

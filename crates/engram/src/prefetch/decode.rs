@@ -6,9 +6,12 @@
 //! read the first table, so nothing shares the device with the rows the
 //! next layer waits for.
 
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
+use super::guard::{panic_message, Leaving, PanicSite};
 use super::pool::{PoolShared, Task};
 use super::read::ReadCtx;
 use super::ready::{InFlight, Ready};
@@ -21,7 +24,8 @@ use crate::{Error, Result};
 
 /// One table's step buffer: the rows of the current step.
 struct StepTable {
-    /// Steps whose rows are in `buf` (the current step's number once read).
+    /// The current step's rows: count 1 once read. Restarted by every
+    /// step (an epoch per step), so a step's error fails that step alone.
     ready: Ready,
     rows: Mutex<Vec<u32>>,
     buf: RingBuf,
@@ -38,6 +42,12 @@ struct StepTable {
 struct HeldHints {
     /// The current step's first table is still being read.
     holding: bool,
+    /// The sequence is being dropped: hints are abandoned, never queued.
+    /// Set under the lock before the pool's queues are purged, and hints
+    /// are queued under the same lock, so none reaches the pool after the
+    /// purge (where it would hold up the drop behind other sequences'
+    /// demand reads).
+    cancelled: bool,
     tasks: Vec<Box<dyn Task>>,
 }
 
@@ -48,6 +58,9 @@ pub(crate) struct StepJob {
     pub(crate) hints: Arc<InFlight>,
     /// Hints held back while the current step's first table is being read.
     held: Mutex<HeldHints>,
+    /// Set when a step task panicked: its state may be torn, so every later
+    /// step is refused with this message.
+    broken: OnceLock<String>,
     tables: Vec<StepTable>,
     row_bytes: Vec<usize>,
     decode: Vec<Option<Encoding>>,
@@ -75,6 +88,7 @@ impl StepJob {
             id,
             hints: Arc::new(InFlight::new()),
             held: Mutex::new(HeldHints::default()),
+            broken: OnceLock::new(),
             tables: cols
                 .iter()
                 .zip(&row_bytes)
@@ -122,33 +136,39 @@ impl StepJob {
         }
     }
 
-    /// Starts step `step`: records its row ids and, with prefetch on, queues
-    /// its reads. Blocks only if the previous step's reads are still running
-    /// (the consumer skipped its wait), since they write the same buffer.
-    pub(crate) fn begin(
-        self: &Arc<Self>,
-        step: u32,
-        ids: &[u32],
-        prefetch: bool,
-        pool: &Arc<PoolShared>,
-    ) -> Result<()> {
+    /// Waits until the previous step's reads are done (they write the
+    /// buffers a new step reuses: the consumer may have skipped a wait) and
+    /// says whether a new step may start. Changes nothing: a refused step
+    /// leaves the sequence and its last step's rows as they were.
+    pub(crate) fn ready_for_step(&self) -> Result<()> {
+        for t in &self.tables {
+            t.flight.wait_idle();
+        }
+        if let Some(message) = self.broken.get() {
+            return Err(Error::Internal(message.clone()));
+        }
+        if self.tables.iter().any(|t| t.ready.is_cancelled()) {
+            return Err(Error::Cancelled);
+        }
+        Ok(())
+    }
+
+    /// Starts a step (after [`StepJob::ready_for_step`] said yes): records
+    /// its row ids, clears the previous step's state (its rows, its error)
+    /// and, with prefetch on, queues its reads.
+    pub(crate) fn start(self: &Arc<Self>, ids: &[u32], prefetch: bool, pool: &Arc<PoolShared>) {
         let cols = ids.len() / self.tables.len();
         for (table, t) in self.tables.iter().enumerate() {
-            t.flight.wait_idle();
-            if let Some(e) = t.ready.error() {
-                return Err(super::ready::duplicate_error(&e));
-            }
-            if t.ready.is_cancelled() {
-                return Err(Error::Cancelled);
-            }
+            // No reader is left (ready_for_step) and the consumer is the
+            // caller, as `restart` requires.
+            t.ready.restart();
             let mut rows = lock(&t.rows);
             rows.clear();
             rows.extend_from_slice(&ids[table * cols..(table + 1) * cols]);
         }
         if prefetch {
-            self.start_reads(step, pool);
+            self.start_reads(pool);
         }
-        Ok(())
     }
 
     /// Hands the step's reads, in table order, to one reader task; hints
@@ -159,7 +179,7 @@ impl StepJob {
     /// for `full` (48 row-cache lookups on the forward thread, its CPU
     /// caches cold after a 37 ms step) against 45 us for `overlap`, whose
     /// forward thread only wakes a reader.
-    fn start_reads(self: &Arc<Self>, step: u32, pool: &Arc<PoolShared>) {
+    fn start_reads(self: &Arc<Self>, pool: &Arc<PoolShared>) {
         for t in &self.tables {
             t.flight.enter();
         }
@@ -167,48 +187,47 @@ impl StepJob {
         pool.submit_decode(vec![Box::new(StepTask {
             job: self.clone(),
             tables: (0..self.tables.len()).collect(),
-            step,
             pool: pool.clone(),
         })]);
     }
 
     /// Queues `task` (a hint read) now, or once the current step's first
-    /// table is read.
+    /// table is read; abandons it once the sequence is being dropped.
     pub(crate) fn submit_hint(&self, task: Box<dyn Task>, pool: &PoolShared) {
         let mut held = lock(&self.held);
-        if held.holding {
+        if held.cancelled {
+            drop(held);
+            task.abandon();
+        } else if held.holding {
             held.tasks.push(task);
         } else {
-            drop(held);
+            // Queued under the lock: see `HeldHints::cancelled`.
             pool.submit_hint(task);
         }
     }
 
-    /// Stops holding hints and queues (or, when `abandon`, drops) the ones
-    /// held.
-    fn release_hints(&self, pool: &PoolShared, abandon: bool) {
-        let tasks = {
-            let mut held = lock(&self.held);
-            held.holding = false;
-            std::mem::take(&mut held.tasks)
-        };
-        for task in tasks {
-            if abandon {
-                task.abandon();
-            } else {
-                pool.submit_hint(task);
-            }
+    /// Stops holding hints and queues the ones held (abandons them once the
+    /// sequence is being dropped).
+    fn release_hints(&self, pool: &PoolShared) {
+        let mut held = lock(&self.held);
+        held.holding = false;
+        let tasks = std::mem::take(&mut held.tasks);
+        if held.cancelled {
+            drop(held);
+            tasks.into_iter().for_each(|task| task.abandon());
+        } else {
+            // Queued under the lock: see `HeldHints::cancelled`.
+            tasks.into_iter().for_each(|task| pool.submit_hint(task));
         }
     }
 
-    /// Blocks until step `step`'s rows of `table` are read (reading them now
-    /// without prefetch) and returns them with the time blocked.
-    pub(crate) fn wait(
-        &self,
-        table: usize,
-        step: u32,
-        prefetch: bool,
-    ) -> Result<(&[u8], std::time::Duration)> {
+    /// Blocks until the current step's rows of `table` are read (reading
+    /// them now without prefetch) and returns them with the time blocked.
+    ///
+    /// Without prefetch a failed read records nothing, so the wait can be
+    /// repeated and reads again; with prefetch the step's reader recorded
+    /// the error, and every wait of this step returns it.
+    pub(crate) fn wait(&self, table: usize, prefetch: bool) -> Result<(&[u8], Duration)> {
         let t = self.tables.get(table).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "table {table} out of range (the model has {})",
@@ -216,23 +235,30 @@ impl StepJob {
             ))
         })?;
         let started = Instant::now();
-        if !prefetch && t.ready.count() < step {
-            if let Some(Err(e)) = t.ready.try_wait(step) {
+        if !prefetch && t.ready.count() < 1 {
+            if let Some(Err(e)) = t.ready.try_wait(1) {
                 return Err(e);
             }
-            if let Err(e) = self.read(table) {
-                t.ready.fail(super::ready::duplicate_error(&e));
-                return Err(e);
-            }
-            t.ready.publish(step);
+            self.read(table)?;
+            t.ready.publish(1);
         } else {
-            t.ready.wait(step)?;
+            t.ready.wait(1)?;
         }
         let stall = started.elapsed();
         // SAFETY: the step's rows are published and nobody writes the buffer
-        // until the next `begin`, which needs the sequence mutably.
+        // until the next `start`, which needs the sequence mutably.
         let rows = unsafe { t.buf.slice(0, t.buf.len()) };
         Ok((rows, stall))
+    }
+
+    /// The largest ready count of the tables (tests: it stays 0 or 1).
+    #[cfg(test)]
+    pub(crate) fn max_ready_count(&self) -> u32 {
+        self.tables
+            .iter()
+            .map(|t| t.ready.count())
+            .max()
+            .unwrap_or(0)
     }
 
     /// Bytes per row of `table`.
@@ -245,13 +271,42 @@ impl StepJob {
         self.decode[table].is_some()
     }
 
+    /// A step task panicked at `at`: its tables not yet published fail with
+    /// an internal error naming it (their waits end), later steps are
+    /// refused, and the hints it held go out (nothing else would release
+    /// them).
+    fn break_down(&self, at: usize, tables: &[usize], panic: &str, pool: &PoolShared) {
+        let message = format!("the decode reader of table {at} panicked: {panic}");
+        for &table in tables {
+            self.tables[table]
+                .ready
+                .fail(Error::Internal(message.clone()));
+        }
+        let _ = self.broken.set(message);
+        self.release_hints(pool);
+    }
+
+    /// Abandons the held hints and every later one: the sequence (or the
+    /// engine) is going away.
+    fn cancel_hints(&self) {
+        let tasks = {
+            let mut held = lock(&self.held);
+            held.cancelled = true;
+            held.holding = false;
+            std::mem::take(&mut held.tasks)
+        };
+        tasks.into_iter().for_each(|task| task.abandon());
+    }
+
     /// Cancels pending steps and waits until no reader touches the buffers.
     pub(crate) fn cancel_and_join(&self, pool: &PoolShared) {
+        // Hints first: from here on none is queued (see
+        // `HeldHints::cancelled`), so the purge below finds every queued one.
+        self.cancel_hints();
         for t in &self.tables {
             t.ready.cancel();
         }
         pool.cancel_owner(self.id);
-        self.release_hints(pool, true);
         for t in &self.tables {
             t.flight.wait_idle();
         }
@@ -263,43 +318,44 @@ impl StepJob {
 struct StepTask {
     job: Arc<StepJob>,
     tables: Vec<usize>,
-    step: u32,
     pool: Arc<PoolShared>,
 }
 
 impl Task for StepTask {
     fn run(self: Box<Self>) {
-        let StepTask {
-            job,
-            tables,
-            step,
-            pool,
-        } = *self;
-        let mut flights = Vec::with_capacity(tables.len());
-        for (i, &table) in tables.iter().enumerate() {
-            let t = &job.tables[table];
-            if !t.ready.is_cancelled() {
-                match job.read(table) {
-                    Ok(()) => t.ready.publish(step),
-                    Err(e) => t.ready.fail(e),
+        let StepTask { job, tables, pool } = *self;
+        let flights = tables
+            .iter()
+            .map(|&table| job.tables[table].flight.clone())
+            .collect();
+        // Leaves the tables' counts on every exit, a panic included.
+        let job = Leaving::new(job, flights);
+        // The table being read, for the message if it panics.
+        let at = Cell::new(tables.first().copied().unwrap_or(0));
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            for (i, &table) in tables.iter().enumerate() {
+                at.set(table);
+                pool.faults.hit(PanicSite::Decode, table);
+                let t = &job.tables[table];
+                if !t.ready.is_cancelled() {
+                    match job.read(table) {
+                        Ok(()) => t.ready.publish(1),
+                        Err(e) => t.ready.fail(e),
+                    }
+                }
+                if i == 0 {
+                    job.release_hints(&pool);
                 }
             }
-            flights.push(t.flight.clone());
-            if i == 0 {
-                job.release_hints(&pool, false);
-            }
-        }
-        drop(job);
-        for flight in flights {
-            flight.leave();
+        }));
+        if let Err(panic) = outcome {
+            job.break_down(at.get(), &tables, &panic_message(&*panic), &pool);
         }
     }
 
     fn abandon(self: Box<Self>) {
-        let StepTask {
-            job, tables, pool, ..
-        } = *self;
-        let flights: Vec<_> = tables
+        let StepTask { job, tables, .. } = *self;
+        let flights = tables
             .iter()
             .map(|&table| {
                 let t = &job.tables[table];
@@ -307,11 +363,8 @@ impl Task for StepTask {
                 t.flight.clone()
             })
             .collect();
-        job.release_hints(&pool, true);
-        drop(job);
-        for flight in flights {
-            flight.leave();
-        }
+        let job = Leaving::new(job, flights);
+        job.cancel_hints();
     }
 
     fn owner(&self) -> u64 {
@@ -319,54 +372,9 @@ impl Task for StepTask {
     }
 }
 
-/// A speculative read into the row cache; errors are ignored (nobody waits
-/// on a hint) but the batch is counted under [`Phase::Hint`].
-pub(crate) struct HintTask {
-    pub owner: u64,
-    /// The sequence's hint counter: its drop waits for running hints.
-    pub flight: Arc<InFlight>,
-    pub table: usize,
-    pub rows: Vec<u32>,
-    pub source: Arc<dyn RowSource>,
-    pub stats: Arc<StatsRecorder>,
-}
-
-impl Task for HintTask {
-    fn run(self: Box<Self>) {
-        let HintTask {
-            flight,
-            table,
-            rows,
-            source,
-            stats,
-            ..
-        } = *self;
-        let mut out = vec![0u8; rows.len() * source.row_bytes(table)];
-        let _ = ReadCtx {
-            source: &source,
-            stats: &stats,
-            phase: Phase::Hint,
-            priority: Priority::Hint,
-            batch: true,
-        }
-        .read(table, &rows, &mut out);
-        drop((source, stats));
-        flight.leave();
-    }
-
-    fn abandon(self: Box<Self>) {
-        let flight = self.flight.clone();
-        drop(self);
-        flight.leave();
-    }
-
-    fn owner(&self) -> u64 {
-        self.owner
-    }
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::super::hint::HintTask;
     use super::*;
     use crate::cache::{CachedSource, RowCache};
     use crate::io::BatchStats;
@@ -449,7 +457,8 @@ mod tests {
             &source,
             &stats,
         ));
-        job.begin(1, &[1, 2, 3, 4], true, &pool.shared()).unwrap();
+        job.ready_for_step().unwrap();
+        job.start(&[1, 2, 3, 4], true, &pool.shared());
         for table in 0..2 {
             job.hints.enter();
             let hint = Box::new(HintTask {
@@ -459,11 +468,12 @@ mod tests {
                 rows: vec![9, 10],
                 source: source.clone(),
                 stats: stats.clone(),
+                pool: pool.shared(),
             });
             job.submit_hint(hint, &pool.shared());
         }
         for table in 0..2 {
-            job.wait(table, 1, true).unwrap();
+            job.wait(table, true).unwrap();
         }
         job.hints.wait_idle();
         let log = lock(&inner.log).clone();
@@ -490,25 +500,101 @@ mod tests {
         ));
         let ids = [1, 2, 3, 4, 5, 6];
         // Step 1 misses: the rows are fetched (and fill the cache).
-        job.begin(1, &ids, true, &pool.shared()).unwrap();
+        job.ready_for_step().unwrap();
+        job.start(&ids, true, &pool.shared());
         for table in 0..2 {
-            job.wait(table, 1, true).unwrap();
+            job.wait(table, true).unwrap();
         }
         let read = inner.rows_read();
         assert_eq!(read, 6);
         // Step 2 asks for the same rows: all served from the cache.
-        job.begin(2, &ids, true, &pool.shared()).unwrap();
-        job.wait(0, 2, true).unwrap();
-        let (rows, _) = job.wait(1, 2, true).unwrap();
+        job.ready_for_step().unwrap();
+        job.start(&ids, true, &pool.shared());
+        job.wait(0, true).unwrap();
+        let (rows, _) = job.wait(1, true).unwrap();
         let expected: Vec<u8> = [4u8, 5, 6].iter().flat_map(|&r| [r; 8]).collect();
         assert_eq!(rows, expected);
         assert_eq!(inner.rows_read(), read);
         // One new row in table 1 is the only storage read of step 3.
-        job.begin(3, &[1, 2, 3, 4, 5, 7], true, &pool.shared())
-            .unwrap();
-        job.wait(1, 3, true).unwrap();
+        job.ready_for_step().unwrap();
+        job.start(&[1, 2, 3, 4, 5, 7], true, &pool.shared());
+        job.wait(1, true).unwrap();
         assert_eq!(inner.rows_read(), read + 1);
         job.cancel_and_join(&pool.shared());
+        pool.shutdown();
+    }
+
+    /// Occupies a pool thread until the gate opens.
+    struct Gate {
+        running: std::sync::mpsc::Sender<()>,
+        gate: std::sync::mpsc::Receiver<()>,
+    }
+
+    impl Task for Gate {
+        fn run(self: Box<Self>) {
+            let _ = self.running.send(());
+            let _ = self.gate.recv_timeout(std::time::Duration::from_secs(10));
+        }
+        fn abandon(self: Box<Self>) {}
+        fn owner(&self) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
+        let source: Arc<dyn RowSource> = Arc::new(Probe::default());
+        let stats = Arc::new(StatsRecorder::new(2));
+        let mut pool = Pool::start(1, 1, 8).unwrap();
+        // The only general thread is busy: a queued hint would wait behind
+        // it (as behind other sequences' demand reads).
+        let (running, started) = std::sync::mpsc::channel();
+        let (open, gate) = std::sync::mpsc::channel();
+        pool.shared()
+            .submit_demand(Box::new(Gate { running, gate }));
+        started.recv().unwrap();
+        let job = StepJob::new(1, &[2, 2], &[None, None], true, &source, &stats);
+        lock(&job.held).holding = true; // a step's first table is being read
+        job.hints.enter();
+        let hint = Box::new(HintTask {
+            owner: job.id,
+            flight: job.hints.clone(),
+            table: 0,
+            rows: vec![1, 2],
+            source: source.clone(),
+            stats: stats.clone(),
+            pool: pool.shared(),
+        });
+        job.submit_hint(hint, &pool.shared());
+        // The drop marks the hints cancelled and purges the pool's queues;
+        // then the step task finishes its first table and releases the
+        // hints it held: they must not reach the pool, where nothing would
+        // purge them again.
+        job.cancel_hints();
+        pool.shared().cancel_owner(job.id);
+        job.release_hints(&pool.shared());
+        // Nor does a hint submitted after the purge.
+        job.hints.enter();
+        let late = Box::new(HintTask {
+            owner: job.id,
+            flight: job.hints.clone(),
+            table: 1,
+            rows: vec![3],
+            source: source.clone(),
+            stats: stats.clone(),
+            pool: pool.shared(),
+        });
+        job.submit_hint(late, &pool.shared());
+        let (done, idle) = std::sync::mpsc::channel();
+        let flight = job.hints.clone();
+        let waiter = std::thread::spawn(move || {
+            flight.wait_idle();
+            let _ = done.send(());
+        });
+        let drained = idle.recv_timeout(std::time::Duration::from_secs(5));
+        open.send(()).unwrap();
+        waiter.join().unwrap();
+        assert!(drained.is_ok(), "a hint was queued after the drop began");
         pool.shutdown();
     }
 }

@@ -14,6 +14,8 @@
 
 mod config;
 mod decode;
+mod guard;
+mod hint;
 pub mod lookup;
 mod pool;
 mod prefill;
@@ -23,6 +25,8 @@ mod reuse;
 mod ring;
 pub mod source;
 mod sync;
+#[cfg(all(test, not(loom)))]
+mod tests;
 mod view;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +34,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{PrefetchConfig, RowFormat};
+#[cfg(any(test, feature = "test_utils"))]
+pub use guard::PanicSite;
 pub use prefill::Prefill;
 pub use view::RowsView;
 
@@ -39,7 +45,8 @@ use crate::layout::Layout;
 use crate::model::Model;
 use crate::stats::{Phase, Stats, StatsRecorder};
 use crate::{Error, Result};
-use decode::{HintTask, StepJob};
+use decode::StepJob;
+use hint::HintTask;
 use pool::{Pool, PoolShared};
 use prefill::{Mode, Plan, PrefillSetup};
 use source::RowSource;
@@ -148,6 +155,7 @@ impl Engine {
             shared,
             steps,
             step: 0,
+            step_token: 0,
             step_stall: Duration::ZERO,
             step_open: false,
             stats,
@@ -168,6 +176,13 @@ impl Engine {
     /// The row source.
     pub fn source(&self) -> &Arc<dyn RowSource> {
         &self.shared.source
+    }
+
+    /// Test switch: makes every reader task of `site` on `table` panic
+    /// (outside the row-source call) until called again with `on` false.
+    #[cfg(any(test, feature = "test_utils"))]
+    pub fn inject_panic(&self, site: PanicSite, table: usize, on: bool) {
+        self.shared.pool.faults.set(site, table, on);
     }
 }
 
@@ -209,6 +224,20 @@ fn decode_plan(
             Ok(encodings.into_iter().map(Some).collect())
         }
     }
+}
+
+/// `n` prompt tokens as a prefill's count, refused above what its ready
+/// counters hold.
+fn prefill_tokens(n: usize) -> Result<u32> {
+    u32::try_from(n)
+        .ok()
+        .filter(|&n| n <= ready::MAX_COUNT)
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "a prefill of {n} tokens exceeds {}",
+                ready::MAX_COUNT
+            ))
+        })
 }
 
 fn check_layout(layout: &Layout, source: &dyn RowSource) -> Result<usize> {
@@ -268,7 +297,10 @@ fn check_layout(layout: &Layout, source: &dyn RowSource) -> Result<usize> {
 pub struct Sequence {
     shared: Arc<Shared>,
     steps: Arc<StepJob>,
-    step: u32,
+    /// Decode steps begun (u64: cannot wrap within a sequence's life).
+    step: u64,
+    /// Position of the current step's token (its rows' first token).
+    step_token: u32,
     step_stall: Duration,
     step_open: bool,
     stats: Arc<StatsRecorder>,
@@ -357,25 +389,19 @@ impl Sequence {
 
     fn begin_prefill<'p>(&mut self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Prefill<'p>> {
         self.check_open()?;
+        // Every check before the history changes: a refused prefill leaves
+        // the sequence as it was (the hash checks its input first).
+        let n = prefill_tokens(tokens.len())?;
         let mut ids = Vec::new();
         self.shared
             .hasher
             .hash(&mut self.history, tokens, mask, &mut ids)?;
         self.tokens.extend_from_slice(tokens);
-        self.start_prefill(tokens.len(), ids)
+        Ok(self.start_prefill(n, ids))
     }
 
-    fn start_prefill<'p>(&mut self, n: usize, ids: Vec<u32>) -> Result<Prefill<'p>> {
+    fn start_prefill<'p>(&mut self, tokens: u32, ids: Vec<u32>) -> Prefill<'p> {
         let config = &self.shared.config;
-        let tokens = u32::try_from(n)
-            .ok()
-            .filter(|&n| n <= ready::MAX_COUNT)
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "a prefill of {n} tokens exceeds {}",
-                    ready::MAX_COUNT
-                ))
-            })?;
         let overlap = config.prefetch && tokens >= config.overlap_threshold;
         let whole = !config.pipeline;
         let plan = Plan {
@@ -408,7 +434,7 @@ impl Sequence {
         };
         let tables = self.tables();
         let cols = vec![self.shared.columns; tables];
-        Ok(Prefill::start(PrefillSetup {
+        Prefill::start(PrefillSetup {
             id: self.shared.ids(1),
             decode: &self.shared.decode,
             ids: Arc::new(ids), // no copy: the ids of a long prompt are megabytes
@@ -417,55 +443,62 @@ impl Sequence {
             source: &self.shared.source,
             stats: &self.stats,
             pool: &self.shared.pool,
-        }))
+        })
     }
 
     /// Appends `token` and issues both tables' reads of its rows without
     /// blocking. Blocks only if the previous step's reads are still running.
+    ///
+    /// An error leaves the sequence as it was: its tokens, history, step
+    /// count, stats and the previous step's rows.
     pub fn step_begin(&mut self, token: u32) -> Result<()> {
         self.check_open()?;
-        let position = self.history.position();
+        self.steps.ready_for_step()?;
+        let step_token = u32::try_from(self.tokens.len()).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "a sequence of {} tokens has no room for a decode step",
+                self.tokens.len()
+            ))
+        })?;
         let mut ids = Vec::new();
+        // The hash checks the token before it changes the history.
         self.shared
             .hasher
             .hash(&mut self.history, &[token], None, &mut ids)?;
+        // Nothing below fails.
         self.finish_step_stats();
         self.step += 1;
+        self.step_token = step_token;
         self.step_open = true;
-        let begun = self.steps.begin(
-            self.step,
-            &ids,
-            self.shared.config.prefetch,
-            &self.shared.pool,
-        );
-        if let Err(e) = begun {
-            // The token was not taken: the sequence stays as it was.
-            self.history.rollback(position)?;
-            return Err(e);
-        }
+        self.steps
+            .start(&ids, self.shared.config.prefetch, &self.shared.pool);
         self.tokens.push(token);
         if self.shared.config.lookup_hints {
             let config = &self.shared.config;
             let guess =
                 lookup::predict(&self.tokens, config.lookup_max_ngram, config.lookup_tokens);
-            self.hint(&guess)?;
+            // The step has begun: a hint that cannot go out (the engine
+            // is going away) must not make the call report failure.
+            let _ = self.hint(&guess);
         }
         Ok(())
     }
 
     /// Blocks until the current step's rows of `table` are read and returns
     /// them (valid until the next step). Call at the table's layer.
+    ///
+    /// A read error fails this step's waits on the table (without prefetch
+    /// the wait can be repeated and reads again); the next step reads
+    /// afresh.
     pub fn step_wait(&mut self, table: usize) -> Result<RowsView<'_>> {
         if self.step == 0 {
             return Err(Error::InvalidArgument("step_wait before step_begin".into()));
         }
-        let (rows, stall) = self
-            .steps
-            .wait(table, self.step, self.shared.config.prefetch)?;
+        let (rows, stall) = self.steps.wait(table, self.shared.config.prefetch)?;
         self.stats.record_wait(Phase::Decode, table, 1, stall);
         self.step_stall += stall;
         Ok(RowsView {
-            first_token: (self.tokens.len() - 1) as u32,
+            first_token: self.step_token,
             rows_per_token: self.shared.columns,
             row_bytes: self.steps.row_bytes(table),
             f32: self.steps.decoded(table),
@@ -500,6 +533,7 @@ impl Sequence {
                 rows,
                 source: self.shared.source.clone(),
                 stats: self.stats.clone(),
+                pool: self.shared.pool.clone(),
             });
             self.steps.submit_hint(task, &self.shared.pool);
         }

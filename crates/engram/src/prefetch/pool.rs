@@ -11,8 +11,11 @@
 //! hints are served only when no demand work is queued.
 
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+
+use super::guard::PanicSwitch;
 
 /// A unit of work for a pool thread.
 pub(crate) trait Task: Send {
@@ -44,6 +47,8 @@ pub(crate) struct PoolShared {
     general: Condvar,
     decode: Condvar,
     max_hints: usize,
+    /// Panics a test injects into tasks (a no-op outside tests).
+    pub(crate) faults: PanicSwitch,
 }
 
 /// The pool: its shared queues and its threads (joined on shutdown).
@@ -74,6 +79,7 @@ impl Pool {
             general: Condvar::new(),
             decode: Condvar::new(),
             max_hints,
+            faults: PanicSwitch::default(),
         });
         let mut pool = Pool {
             shared,
@@ -117,8 +123,8 @@ impl Pool {
         self.shared.general.notify_all();
         self.shared.decode.notify_all();
         for handle in self.threads.drain(..) {
-            // A panicking task already poisoned nothing we rely on; the
-            // thread is gone either way.
+            // Workers catch task panics, so a join error is not expected;
+            // the thread is gone either way.
             let _ = handle.join();
         }
     }
@@ -272,7 +278,10 @@ fn worker(shared: &PoolShared, role: Role) {
         match next_task(&mut q, role) {
             Some(task) => {
                 drop(q);
-                task.run();
+                // Tasks publish their own failure on a panic (and leave
+                // their in-flight counts as they unwind); catching here as
+                // well keeps the thread, so the pool never shrinks.
+                let _ = catch_unwind(AssertUnwindSafe(|| task.run()));
                 q = lock(&shared.queues);
             }
             None => {

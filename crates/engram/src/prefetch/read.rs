@@ -4,6 +4,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use super::guard::panic_message;
 use super::source::{BatchStats, Priority, RowSource};
 use crate::codec::Encoding;
 use crate::stats::{Phase, StatsRecorder};
@@ -27,11 +28,7 @@ impl ReadCtx<'_> {
         }
         let outcome = catch_unwind(AssertUnwindSafe(|| self.read_unguarded(table, rows, out)));
         outcome.unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_string());
+            let message = panic_message(&*panic);
             Err(Error::io(
                 format!("row source {}", self.source.name()),
                 std::io::Error::other(format!("reading table {table} panicked: {message}")),

@@ -99,6 +99,19 @@ impl Ready {
         self.word.wake_all();
     }
 
+    /// Starts a new epoch: the count back to zero and the failure cleared,
+    /// a cancellation kept. For a buffer reused for new work (a decode
+    /// step), so one step's error never fails the next and the count never
+    /// runs up against [`MAX_COUNT`].
+    ///
+    /// Caller guarantees that nobody waits on the counter or publishes to
+    /// it meanwhile (no reader of the old epoch is left and the consumer is
+    /// the caller).
+    pub(crate) fn restart(&self) {
+        *lock(&self.error) = None;
+        self.word.fetch_and(CANCELLED, Ordering::Release);
+    }
+
     /// True once [`Ready::cancel`] was called.
     pub fn is_cancelled(&self) -> bool {
         self.word.load(Ordering::Acquire) & CANCELLED != 0
@@ -236,6 +249,7 @@ pub fn duplicate_error(error: &Error) -> Error {
         },
         Error::InvalidArgument(message) => Error::InvalidArgument(message.clone()),
         Error::Cancelled => Error::Cancelled,
+        Error::Internal(message) => Error::Internal(message.clone()),
     }
 }
 
@@ -307,6 +321,25 @@ mod tests {
         waiter.join().unwrap();
         assert!(ready.try_wait(1).unwrap().is_err());
         assert!(ready.try_wait(0).unwrap().is_ok());
+    }
+
+    #[test]
+    fn restart_clears_count_and_failure_but_keeps_cancel() {
+        let ready = Ready::new();
+        ready.publish(1);
+        ready.fail(Error::InvalidArgument("eio".into()));
+        ready.restart();
+        assert_eq!(ready.count(), 0);
+        assert!(!ready.is_failed() && ready.error().is_none());
+        assert!(
+            ready.try_wait(1).is_none(),
+            "a new epoch waits for new rows"
+        );
+        ready.publish(1);
+        assert_eq!(ready.wait(1).unwrap(), 1);
+        ready.cancel();
+        ready.restart();
+        assert!(matches!(ready.try_wait(1), Some(Err(Error::Cancelled))));
     }
 
     #[test]

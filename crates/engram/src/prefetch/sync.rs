@@ -59,6 +59,11 @@ impl Futex {
         self.word.fetch_or(bits, order)
     }
 
+    /// Bitwise-and into the word.
+    pub(crate) fn fetch_and(&self, bits: u32, order: Ordering) -> u32 {
+        self.word.fetch_and(bits, order)
+    }
+
     /// Adds to the word.
     pub(crate) fn fetch_add(&self, value: u32, order: Ordering) -> u32 {
         self.word.fetch_add(value, order)

@@ -195,3 +195,21 @@ pub fn source_arc(s: MemSource) -> (Arc<MemSource>, Arc<dyn RowSource>) {
     let d: Arc<dyn RowSource> = s.clone();
     (s, d)
 }
+
+/// The tiny layout with 256-value rows, as a model file stores them.
+pub fn file_layout() -> Layout {
+    Layout {
+        head_dim: engram::codec::ROW_DIM,
+        ..tiny_layout()
+    }
+}
+
+/// Writes a synthetic model of [`file_layout`] (264-byte rows, seed 7) to
+/// `dir/m.gguf` and opens it.
+pub fn write_file_model(dir: &std::path::Path) -> engram::model::Model {
+    use engram::model::{synth, Model, NoProgress};
+    let path = dir.join("m.gguf");
+    let encoding = engram::codec::Encoding::E4m3E8m0Row264;
+    synth::write_gguf(&path, &file_layout(), encoding, 7, &NoProgress).unwrap();
+    Model::open(&path).unwrap()
+}

@@ -1,0 +1,304 @@
+//! One table's reader state for one prefill: its ring, its reuse store and
+//! the reads that fill them.
+
+use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::{Arc, Mutex};
+
+use super::super::read::ReadCtx;
+use super::super::ready::Ready;
+use super::super::reuse::{next_uses, NextUses, ReuseStore};
+use super::super::ring::RingBuf;
+use super::super::source::{Priority, RowSource};
+use super::super::sync::lock_std as lock;
+use super::{Plan, PrefillSetup};
+use crate::codec::{Encoding, ROW_DIM};
+use crate::stats::{Phase, StatsRecorder};
+use crate::Result;
+
+/// One table's reader state for one prefill.
+pub(super) struct TableJob {
+    pub(super) table: usize,
+    pub(super) tables: usize,
+    pub(super) cols: usize,
+    pub(super) row_bytes: usize,
+    pub(super) plan: Plan,
+    /// Some: rows are decoded to f32 (`row_bytes` is then `ROW_DIM * 4`).
+    pub(super) decode: Option<Encoding>,
+    pub(super) ids: Arc<Vec<u32>>,
+    pub(super) ring: RingBuf,
+    pub(super) ready: Ready,
+    /// Tokens before this the consumer no longer holds (the reader may
+    /// overwrite their ring slots).
+    pub(super) released: AtomicU32,
+    /// Set while a consumer is blocked on this table: its batches go first.
+    pub(super) waited_on: AtomicBool,
+    /// The consumer has reached this table's layer at least once (it has
+    /// called wait): from then on a small lead makes the table urgent.
+    pub(super) consumer_started: AtomicBool,
+    /// `upto` of the consumer's latest wait.
+    pub(super) consumed: AtomicU32,
+    /// Whole-prompt dedup: rows read that later tokens need again.
+    reuse: Option<Mutex<Reuse>>,
+    pub(super) source: Arc<dyn RowSource>,
+    pub(super) stats: Arc<StatsRecorder>,
+}
+
+/// A table's reuse store and the next use of each of its row occurrences.
+struct Reuse {
+    store: ReuseStore,
+    /// Per occurrence (token-major), the token that next uses its row.
+    next: NextUses,
+    /// Buffer for the rows a batch reads, kept between batches: allocating
+    /// megabytes per batch on pool threads grows the allocator's retained
+    /// memory with the prompt.
+    scratch: Vec<u8>,
+}
+
+/// `buf` resized to `len` zero bytes, its allocation kept.
+fn sized(mut buf: Vec<u8>, len: usize) -> Vec<u8> {
+    buf.clear();
+    buf.resize(len, 0);
+    buf
+}
+
+impl TableJob {
+    /// The reader state of `table` for the prefill `setup` describes.
+    pub(super) fn new(setup: &PrefillSetup<'_>, table: usize) -> TableJob {
+        let decode = setup.decode[table];
+        let row_bytes = match decode {
+            Some(_) => ROW_DIM * 4,
+            None => setup.source.row_bytes(table),
+        };
+        let cols = setup.cols[0];
+        TableJob {
+            table,
+            tables: setup.cols.len(),
+            cols,
+            row_bytes,
+            plan: setup.plan,
+            decode,
+            ids: setup.ids.clone(),
+            ring: RingBuf::new(setup.plan.ring_tokens as usize * cols * row_bytes),
+            ready: Ready::new(),
+            released: AtomicU32::new(0),
+            waited_on: AtomicBool::new(false),
+            consumer_started: AtomicBool::new(false),
+            consumed: AtomicU32::new(0),
+            reuse: reuse_for(setup, table, row_bytes),
+            source: setup.source.clone(),
+            stats: setup.stats.clone(),
+        }
+    }
+
+    /// Free slots of the reuse store; `None` without one.
+    pub(super) fn reuse_free_slots(&self) -> Option<usize> {
+        Some(lock(self.reuse.as_ref()?).store.free_slots())
+    }
+
+    pub(super) fn token_bytes(&self) -> usize {
+        self.cols * self.row_bytes
+    }
+
+    /// Row ids of `table` for tokens `start..end`, token-major.
+    pub(super) fn row_ids(&self, start: u32, end: u32) -> Vec<u32> {
+        let stride = self.tables * self.cols;
+        let mut rows = Vec::with_capacity((end - start) as usize * self.cols);
+        for t in start as usize..end as usize {
+            let base = t * stride + self.table * self.cols;
+            rows.extend_from_slice(&self.ids[base..base + self.cols]);
+        }
+        rows
+    }
+
+    /// Reads tokens `start..end` into their ring slots (split where the ring
+    /// wraps).
+    ///
+    /// Caller guarantees: no consumer view covers those slots (`end <=
+    /// released + ring_tokens` and `start >= ready`), and no other reader of
+    /// this job runs (one chunk in flight, or the consumer reading at the
+    /// wait with no pool reader scheduled).
+    pub(super) fn read_range(&self, start: u32, end: u32, phase: Phase) -> Result<()> {
+        let ctx = ReadCtx {
+            source: &self.source,
+            stats: &self.stats,
+            phase,
+            priority: Priority::Demand,
+            batch: self.plan.batch,
+        };
+        let cap = self.plan.ring_tokens;
+        let mut t = start;
+        while t < end {
+            let slot = t % cap;
+            let seg_end = end.min(t + (cap - slot));
+            let rows = self.row_ids(t, seg_end);
+            let tb = self.token_bytes();
+            let (at, len) = (slot as usize * tb, (seg_end - t) as usize * tb);
+            // SAFETY (all arms): per the caller's guarantee the slots of
+            // t..seg_end are neither viewed by the consumer nor written by
+            // anyone else.
+            match (&self.reuse, self.decode) {
+                (Some(reuse), _) => {
+                    let out = unsafe { self.ring.slice_mut(at, len) };
+                    self.read_reusing(&ctx, &mut lock(reuse), t, seg_end, &rows, out)?;
+                }
+                (None, Some(enc)) => {
+                    let out = unsafe { self.ring.slice_mut_f32(at, len / 4) };
+                    ctx.read_f32(self.table, &rows, enc, out)?;
+                }
+                (None, None) => {
+                    ctx.read(self.table, &rows, unsafe { self.ring.slice_mut(at, len) })?
+                }
+            }
+            t = seg_end;
+        }
+        Ok(())
+    }
+
+    /// Reads the rows of tokens `start..end` that the reuse store lacks into
+    /// it, each keyed by its first use in the range (as many as it has free
+    /// slots for, earliest first).
+    ///
+    /// Caller guarantees no other reader of this job runs (the table is
+    /// busy with this batch), so the store does not change between the two
+    /// locks.
+    pub(super) fn read_ahead(&self, start: u32, end: u32) -> Result<()> {
+        let Some(reuse) = &self.reuse else {
+            return Ok(());
+        };
+        let first_uses = self.first_uses(start, end);
+        let (rows, tokens, scratch): (Vec<u32>, Vec<u32>, _) = {
+            let mut reuse = lock(reuse);
+            let scratch = std::mem::take(&mut reuse.scratch);
+            let (rows, tokens) = first_uses
+                .into_iter()
+                .filter(|&(_, row)| !reuse.store.contains(row))
+                .take(reuse.store.free_slots())
+                .map(|(token, row)| (row, token))
+                .unzip();
+            (rows, tokens, scratch)
+        };
+        let ctx = ReadCtx {
+            source: &self.source,
+            stats: &self.stats,
+            phase: Phase::Prefill,
+            priority: Priority::Demand,
+            batch: self.plan.batch,
+        };
+        let mut read = sized(scratch, rows.len() * self.row_bytes);
+        self.read_delivered(&ctx, &rows, &mut read)?;
+        self.stats
+            .record_ahead(Phase::Prefill, self.table, rows.len() as u64);
+        let mut reuse = lock(reuse);
+        for ((&row, &token), bytes) in rows
+            .iter()
+            .zip(&tokens)
+            .zip(read.chunks_exact(self.row_bytes))
+        {
+            reuse.store.update(row, token, bytes);
+        }
+        reuse.scratch = read;
+        Ok(())
+    }
+
+    /// (token, row) of the first occurrence of each distinct row of tokens
+    /// `start..end`, by token.
+    fn first_uses(&self, start: u32, end: u32) -> Vec<(u32, u32)> {
+        let cols = self.cols as u32;
+        let mut uses: Vec<(u32, u32)> = self
+            .row_ids(start, end)
+            .into_iter()
+            .enumerate()
+            .map(|(i, row)| (start + i as u32 / cols, row))
+            .collect();
+        uses.sort_unstable_by_key(|&(token, row)| (row, token));
+        uses.dedup_by_key(|&mut (_, row)| row);
+        uses.sort_unstable();
+        uses
+    }
+
+    /// Reads `rows` into `out` in the delivered format: raw bytes, or f32
+    /// values as native-endian bytes (the ring's f32 views read them back).
+    fn read_delivered(&self, ctx: &ReadCtx<'_>, rows: &[u32], out: &mut [u8]) -> Result<()> {
+        match self.decode {
+            Some(enc) => {
+                let mut values = vec![0f32; rows.len() * ROW_DIM];
+                ctx.read_f32(self.table, rows, enc, &mut values)?;
+                for (dst, v) in out.chunks_exact_mut(4).zip(&values) {
+                    dst.copy_from_slice(&v.to_ne_bytes());
+                }
+                Ok(())
+            }
+            None => ctx.read(self.table, rows, out),
+        }
+    }
+
+    /// Fills `out` with the rows of tokens `first..end` (`rows`): those in
+    /// the reuse store are copied from it, the rest read in one call; then
+    /// each row's last occurrence in the range goes to the store with its
+    /// next use.
+    fn read_reusing(
+        &self,
+        ctx: &ReadCtx<'_>,
+        reuse: &mut Reuse,
+        first: u32,
+        end: u32,
+        rows: &[u32],
+        out: &mut [u8],
+    ) -> Result<()> {
+        let rb = self.row_bytes;
+        let mut missing = Vec::new();
+        let mut missing_at = Vec::new();
+        for (i, &row) in rows.iter().enumerate() {
+            match reuse.store.get(row) {
+                Some(bytes) => out[i * rb..(i + 1) * rb].copy_from_slice(bytes),
+                None => {
+                    missing.push(row);
+                    missing_at.push(i);
+                }
+            }
+        }
+        let hits = rows.len() - missing.len();
+        if hits == 0 {
+            self.read_delivered(ctx, rows, out)?;
+        } else if !missing.is_empty() {
+            let mut read = sized(std::mem::take(&mut reuse.scratch), missing.len() * rb);
+            self.read_delivered(ctx, &missing, &mut read)?;
+            for (src, &i) in read.chunks_exact(rb).zip(&missing_at) {
+                out[i * rb..(i + 1) * rb].copy_from_slice(src);
+            }
+            reuse.scratch = read;
+        }
+        let base = first as usize * self.cols;
+        for (i, &row) in rows.iter().enumerate() {
+            // An earlier occurrence whose next use is inside the range is
+            // superseded by that later one.
+            let next = reuse.next.get(base + i);
+            if next >= end {
+                reuse.store.update(row, next, &out[i * rb..(i + 1) * rb]);
+            }
+        }
+        self.stats.record_reuse(ctx.phase, self.table, hits as u64);
+        Ok(())
+    }
+}
+
+/// The reuse store of `table`, with the next use of each of its row
+/// occurrences; `None` when reuse is off or cannot help (one batch).
+fn reuse_for(setup: &PrefillSetup<'_>, table: usize, row_bytes: usize) -> Option<Mutex<Reuse>> {
+    let plan = setup.plan;
+    if plan.whole_table || plan.tokens <= plan.first_chunk {
+        return None;
+    }
+    let store = ReuseStore::new(plan.reuse_bytes, row_bytes)?;
+    let (tables, cols) = (setup.cols.len(), setup.cols[0]);
+    let ids = &setup.ids;
+    let next = next_uses(plan.tokens as usize * cols, cols, |i| {
+        let (token, col) = (i / cols, i % cols);
+        ids[token * tables * cols + table * cols + col]
+    });
+    Some(Mutex::new(Reuse {
+        store,
+        next,
+        scratch: Vec::new(),
+    }))
+}

@@ -1,0 +1,322 @@
+//! Prefill: one reader job per table, filling a bounded ring of chunks ahead
+//! of the consumer.
+//!
+//! Contract of [`Prefill::wait`]: waits on one table ask for increasing
+//! `upto`; a wait returns the rows of tokens `[previous upto, upto)` and
+//! releases the rows the previous wait on that table returned. The ring of a
+//! table holds `ring_chunks * chunk_tokens` tokens, so one wait may cover at
+//! most that many tokens; the readers run ahead of the consumer by at most
+//! the ring's free space. Memory is therefore fixed by the configuration,
+//! except with `pipeline` off, where (as in the peers) the ring holds the
+//! whole prompt and a wait blocks until the whole table is read.
+//!
+//! Reads go out in batches of `read_batch_tokens` tokens (the first one of
+//! `first_chunk_tokens`), aligned to multiples of the batch so batch ends
+//! meet the consumer's usual wait points, and each batch is published as it
+//! completes. Until the consumer first waits on a table, its batches run to
+//! the end of a ring chunk instead: nobody waits on them yet, and a larger
+//! batch keeps the device queue fuller. The source dedups within one batch; across the prompt, each
+//! table has a reuse store ([`super::reuse`], `reuse_bytes`): all row ids
+//! are known at the start, so each occurrence's next use is too, and rows
+//! that later tokens need again are kept (Belady eviction) and copied from
+//! the store instead of read again. While a table's ring is full, its
+//! reader also reads the rows of tokens past the ring into the store (keyed
+//! by their first use) as long as the store has room for a whole batch: the
+//! store's fixed budget extends how far the reader runs ahead of the
+//! consumer, instead of leaving the device idle.
+//!
+//! A prefill keeps at most `prefill_batches_in_flight` batches in flight
+//! (one per table at most, so each table publishes in order) and picks the
+//! next by [`PrefillCore::rank`]: a table a consumer is blocked on; then a
+//! table whose consumer has waited before and whose reader is less than one
+//! ring chunk ahead of it (earliest tokens first); then the lowest table
+//! with ring room. So when every token goes through a layer before the next
+//! one (a layer sweep), table 0 gets the whole device until its ring is full
+//! and table 1 reads only with what is left until its layer is reached;
+//! when ubatches go through all layers (a chunk sweep), table 1 becomes
+//! urgent after its first wait and stays a little ahead from then on.
+
+mod job;
+mod sched;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::pool::PoolShared;
+use super::source::RowSource;
+use super::view::RowsView;
+use crate::codec::Encoding;
+use crate::stats::{Phase, StatsRecorder};
+use crate::{Error, Result};
+use job::TableJob;
+use sched::PrefillCore;
+
+/// How a prefill's rows are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Pool readers run ahead of the consumer.
+    Overlap,
+    /// Rows are read at the wait, on the consumer's thread.
+    AtWait,
+}
+
+/// Shape of a prefill job, fixed at its start.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    pub tokens: u32,
+    pub ring_tokens: u32,
+    /// Tokens in the first read batch.
+    pub first_chunk: u32,
+    /// Tokens per later read batch (batches end at multiples of it).
+    pub read_batch: u32,
+    /// Batches of one prefill in flight at once (at most one per table).
+    pub in_flight: usize,
+    pub mode: Mode,
+    pub batch: bool,
+    /// Pipeline off: a wait blocks until the whole table is read.
+    pub whole_table: bool,
+    /// Bytes per table of the whole-prompt reuse store (0: off).
+    pub reuse_bytes: u64,
+    /// Tokens per ring chunk: a table whose consumer has waited and whose
+    /// reader is fewer than this many tokens ahead of it is urgent; and the
+    /// batch size before the consumer first reaches a table.
+    pub chunk: u32,
+}
+
+/// Per-table consumer state of a prefill.
+struct Consumer {
+    /// End of the last view returned (start of the next).
+    upto: u32,
+    /// (from, upto, stall per token in ns) of each wait, for the per-token
+    /// total over tables.
+    stalls: Vec<(u32, u32, u64)>,
+}
+
+/// A running prefill of one sequence. Dropping it cancels its readers and
+/// joins them before the ring buffers are freed.
+pub struct Prefill<'s> {
+    core: Arc<PrefillCore>,
+    consumers: Vec<Consumer>,
+    stats: Arc<StatsRecorder>,
+    _sequence: std::marker::PhantomData<&'s mut ()>,
+}
+
+/// Everything a prefill needs from its engine and sequence.
+pub(crate) struct PrefillSetup<'a> {
+    pub id: u64,
+    /// Per table: Some(encoding) to decode rows to f32.
+    pub decode: &'a [Option<Encoding>],
+    pub ids: Arc<Vec<u32>>,
+    pub cols: &'a [usize],
+    pub plan: Plan,
+    pub source: &'a Arc<dyn RowSource>,
+    pub stats: &'a Arc<StatsRecorder>,
+    pub pool: &'a Arc<PoolShared>,
+}
+
+impl<'s> Prefill<'s> {
+    pub(crate) fn start(setup: PrefillSetup<'_>) -> Prefill<'s> {
+        let tables = setup.cols.len();
+        let jobs = (0..tables)
+            .map(|table| TableJob::new(&setup, table))
+            .collect();
+        let core = Arc::new(PrefillCore::new(setup.id, jobs, setup.plan, setup.pool));
+        if setup.plan.mode == Mode::Overlap {
+            core.try_schedule();
+        }
+        Prefill {
+            core,
+            consumers: (0..tables)
+                .map(|_| Consumer {
+                    upto: 0,
+                    stalls: Vec::new(),
+                })
+                .collect(),
+            stats: setup.stats.clone(),
+            _sequence: std::marker::PhantomData,
+        }
+    }
+
+    /// Tokens in the prefill.
+    pub fn tokens(&self) -> u32 {
+        self.core.plan.tokens
+    }
+
+    /// Most tokens one wait may cover (the ring capacity).
+    pub fn max_wait_tokens(&self) -> u32 {
+        self.core.plan.ring_tokens
+    }
+
+    /// Tokens of `table` whose rows are already read (no blocking).
+    pub fn ready_tokens(&self, table: usize) -> Option<u32> {
+        self.core.jobs.get(table).map(|job| job.ready.count())
+    }
+
+    /// Blocks until the rows of tokens `[0, upto)` of `table` are read and
+    /// returns those of `[previous upto, upto)`; see the module docs for the
+    /// contract. Ends with the rows, the reader's error (naming table, row
+    /// and offset) or [`Error::Cancelled`].
+    pub fn wait(&mut self, table: usize, upto: u32) -> Result<RowsView<'_>> {
+        let from = self.check_wait(table, upto)?;
+        let core = self.core.clone();
+        let job = &core.jobs[table];
+        if core.pool.is_shutdown() && job.ready.count() < upto {
+            return Err(Error::Cancelled); // the engine is gone
+        }
+        // Release the previous view's slots, then let the reader use them.
+        job.released.store(from, Ordering::Release);
+        job.consumed.store(upto, Ordering::Relaxed);
+        job.consumer_started.store(true, Ordering::Relaxed);
+        let started = Instant::now();
+        let result = match core.plan.mode {
+            Mode::Overlap => {
+                let target = if core.plan.whole_table {
+                    core.plan.tokens // pipeline off: the whole table
+                } else {
+                    upto
+                };
+                blocking_wait(&core, job, target)
+            }
+            Mode::AtWait => read_at_wait(job, upto),
+        };
+        let stall = started.elapsed();
+        result?;
+        self.consumers[table].upto = upto;
+        self.record(table, from, upto, stall);
+        Ok(view(&self.core.jobs[table], from, upto))
+    }
+
+    /// [`Prefill::wait`], copying the rows into `out` (exactly the view's
+    /// byte length).
+    pub fn wait_into(&mut self, table: usize, upto: u32, out: &mut [u8]) -> Result<()> {
+        self.wait(table, upto)?.copy_to(out)
+    }
+
+    fn check_wait(&self, table: usize, upto: u32) -> Result<u32> {
+        let Some(consumer) = self.consumers.get(table) else {
+            return Err(Error::InvalidArgument(format!(
+                "table {table} out of range (the model has {})",
+                self.consumers.len()
+            )));
+        };
+        let plan = self.core.plan;
+        let from = consumer.upto;
+        if upto < from || upto > plan.tokens {
+            return Err(Error::InvalidArgument(format!(
+                "wait(table {table}, upto {upto}): upto must be in {from}..={} (waits advance)",
+                plan.tokens
+            )));
+        }
+        if upto - from > plan.ring_tokens {
+            return Err(Error::InvalidArgument(format!(
+                "wait(table {table}, upto {upto}) covers {} tokens; the ring holds {} \
+                 (raise ring_chunks or wait in smaller steps)",
+                upto - from,
+                plan.ring_tokens
+            )));
+        }
+        Ok(from)
+    }
+
+    fn record(&mut self, table: usize, from: u32, upto: u32, stall: Duration) {
+        let tokens = u64::from(upto - from);
+        self.stats.record_wait(Phase::Prefill, table, tokens, stall);
+        let ns = u64::try_from(stall.as_nanos()).unwrap_or(u64::MAX);
+        if let Some(per) = ns.checked_div(tokens) {
+            self.consumers[table].stalls.push((from, upto, per));
+        }
+    }
+
+    /// Records each token's stall summed over the tables.
+    fn record_token_totals(&self) {
+        let mut bounds: Vec<u32> = self
+            .consumers
+            .iter()
+            .flat_map(|c| c.stalls.iter().flat_map(|&(a, b, _)| [a, b]))
+            .collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        for w in bounds.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let mut covered = false;
+            let mut total = 0u64;
+            for c in &self.consumers {
+                for &(s, e, per) in &c.stalls {
+                    if s <= a && b <= e {
+                        covered = true;
+                        total = total.saturating_add(per);
+                    }
+                }
+            }
+            if covered {
+                self.stats.record_token_total(
+                    Phase::Prefill,
+                    Duration::from_nanos(total),
+                    u64::from(b - a),
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Prefill<'_> {
+    fn drop(&mut self) {
+        self.core.cancel_and_join();
+        self.record_token_totals();
+    }
+}
+
+fn blocking_wait(core: &Arc<PrefillCore>, job: &TableJob, target: u32) -> Result<()> {
+    // The released slots may let a parked table go on.
+    core.try_schedule();
+    if let Some(done) = job.ready.try_wait(target) {
+        return done.map(drop);
+    }
+    job.waited_on.store(true, Ordering::Relaxed);
+    // Re-pick with this table marked urgent.
+    core.try_schedule();
+    let result = job.ready.wait(target).map(drop);
+    job.waited_on.store(false, Ordering::Relaxed);
+    result
+}
+
+/// ENGRAM_PREFETCH=0 and short prompts: read the missing rows now.
+fn read_at_wait(job: &TableJob, upto: u32) -> Result<()> {
+    let have = job.ready.count();
+    if let Some(Err(e)) = job.ready.try_wait(upto) {
+        return Err(e);
+    }
+    if have < upto {
+        if let Err(e) = job.read_range(have, upto, Phase::Prefill) {
+            job.ready.fail(super::ready::duplicate_error(&e));
+            return Err(e);
+        }
+        job.ready.publish(upto);
+    }
+    Ok(())
+}
+
+fn view(job: &TableJob, from: u32, upto: u32) -> RowsView<'_> {
+    let tb = job.token_bytes();
+    let cap = job.plan.ring_tokens;
+    let slot = from % cap.max(1);
+    let n = upto - from;
+    let first = n.min(cap - slot);
+    // SAFETY: tokens from..upto are published (the wait observed the count
+    // with Acquire) and the reader writes only slots of tokens >= upto and
+    // < from + ring_tokens until the next wait releases them.
+    let (a, b) = unsafe {
+        (
+            job.ring.slice(slot as usize * tb, first as usize * tb),
+            job.ring.slice(0, (n - first) as usize * tb),
+        )
+    };
+    RowsView {
+        first_token: from,
+        rows_per_token: job.cols,
+        row_bytes: job.row_bytes,
+        f32: job.decode.is_some(),
+        parts: [a, b],
+    }
+}

@@ -1,0 +1,297 @@
+//! A prefill's schedule: which table's batch goes to the pool next, the
+//! pool task that reads it, and cancellation.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use super::super::guard::{panic_message, Leaving, PanicSite};
+use super::super::pool::{PoolShared, Task};
+use super::super::ready::InFlight;
+use super::super::sync::lock_std as lock;
+use super::job::TableJob;
+use super::Plan;
+use crate::stats::Phase;
+use crate::{Error, Result};
+
+/// Which batches of a prefill are queued or running, and what comes next.
+struct Sched {
+    /// Per table: the first token not yet scheduled.
+    next: Vec<u32>,
+    /// Per table: the first token whose rows were not yet read ahead into
+    /// the reuse store (tokens past the ring; see [`Kind::Ahead`]).
+    ahead: Vec<u32>,
+    /// Per table: a batch is queued or running.
+    busy: Vec<bool>,
+    /// Per table: a batch failed (its waiters get the error; the other
+    /// tables go on).
+    failed: Vec<bool>,
+    /// Batches queued or running, all tables.
+    in_flight: usize,
+    /// No more batches (cancelled, failed or the engine is gone).
+    stopped: bool,
+}
+
+/// A prefill's reader state: the tables' jobs and the shared schedule.
+pub(super) struct PrefillCore {
+    pub(super) id: u64,
+    pub(super) jobs: Vec<TableJob>,
+    pub(super) plan: Plan,
+    sched: Mutex<Sched>,
+    /// Pool tasks holding this prefill; its own `Arc` so a task can drop its
+    /// reference to the core before it leaves (then `cancel_and_join`
+    /// returning means no task holds the core any more).
+    flight: Arc<InFlight>,
+    pub(super) pool: Arc<PoolShared>,
+}
+
+impl PrefillCore {
+    /// The schedule of a prefill of `jobs`, nothing queued yet.
+    pub(super) fn new(
+        id: u64,
+        jobs: Vec<TableJob>,
+        plan: Plan,
+        pool: &Arc<PoolShared>,
+    ) -> PrefillCore {
+        let tables = jobs.len();
+        PrefillCore {
+            id,
+            jobs,
+            plan,
+            sched: Mutex::new(Sched {
+                next: vec![0; tables],
+                ahead: vec![0; tables],
+                busy: vec![false; tables],
+                failed: vec![false; tables],
+                in_flight: 0,
+                stopped: false,
+            }),
+            flight: Arc::new(InFlight::new()),
+            pool: pool.clone(),
+        }
+    }
+
+    /// End of the batch of `job` that starts at `start`. Until the
+    /// consumer first reaches the table, batches run to the end of a ring
+    /// chunk: nobody waits on them yet, and larger batches keep the device
+    /// queue fuller.
+    fn batch_end(&self, job: &TableJob, start: u32) -> u32 {
+        let step = if job.consumer_started.load(Ordering::Relaxed) {
+            self.plan.read_batch
+        } else {
+            self.plan.read_batch.max(self.plan.chunk)
+        };
+        if start == 0 {
+            self.plan.first_chunk
+        } else {
+            (start / step + 1).saturating_mul(step)
+        }
+    }
+
+    /// Rank of the batch of `table` starting at `start` (lowest first):
+    /// a table the consumer is blocked on; then an urgent table (its
+    /// consumer has waited on it and the reader is less than `chunk`
+    /// tokens ahead), earliest tokens first; then the lowest table.
+    ///
+    /// Why not earliest tokens first everywhere: when the consumer goes
+    /// through every token at one layer before the next (a layer sweep),
+    /// table 1 is needed only at its layer, long after table 0; splitting the
+    /// device between them doubles table 0's stall. The lower table's layer
+    /// comes first, so it goes first until a consumer shows, by waiting,
+    /// that it needs another table soon.
+    fn rank(&self, table: usize, start: u32, kind: Kind) -> (u32, u32, u32) {
+        let job = &self.jobs[table];
+        if kind == Kind::Ahead {
+            // Only when the table's ring is full: after its ring reads,
+            // before the next table's.
+            return (2, 2 * table as u32 + 1, start);
+        }
+        if job.waited_on.load(Ordering::Relaxed) {
+            return (0, start, table as u32);
+        }
+        let lead = start.saturating_sub(job.consumed.load(Ordering::Relaxed));
+        if job.consumer_started.load(Ordering::Relaxed) && lead < self.plan.chunk {
+            return (1, start, table as u32);
+        }
+        (2, 2 * table as u32, start)
+    }
+
+    /// The next batch of `job`: ring tokens if its ring has room, else
+    /// tokens past the ring to read ahead into its reuse store while that
+    /// has room for a whole batch of rows.
+    fn next_batch(&self, s: &Sched, job: &TableJob) -> Option<(Kind, u32, u32)> {
+        let table = job.table;
+        let start = s.next[table];
+        let limit = job
+            .released
+            .load(Ordering::Acquire)
+            .saturating_add(self.plan.ring_tokens);
+        let end = self.batch_end(job, start).min(limit).min(self.plan.tokens);
+        if end > start {
+            return Some((Kind::Ring, start, end));
+        }
+        let free = job.reuse_free_slots()?;
+        let from = s.ahead[table].max(start);
+        let to = from
+            .saturating_add(self.plan.read_batch)
+            .min(self.plan.tokens);
+        let rows = (to.saturating_sub(from)) as usize * job.cols;
+        (to > from && free >= rows).then_some((Kind::Ahead, from, to))
+    }
+
+    /// Queues the most urgent batches the limits allow: a table not busy,
+    /// with ring room, by [`PrefillCore::rank`].
+    pub(super) fn try_schedule(self: &Arc<Self>) {
+        // Tasks are submitted after the lock is released: a pool that is
+        // shutting down abandons a task at once, and abandoning takes it.
+        let mut ready = Vec::new();
+        {
+            let mut s = lock(&self.sched);
+            while !s.stopped && s.in_flight < self.plan.in_flight {
+                let candidate = self
+                    .jobs
+                    .iter()
+                    .filter(|job| !s.busy[job.table] && !s.failed[job.table])
+                    .filter_map(|job| Some((job.table, self.next_batch(&s, job)?)))
+                    .min_by_key(|&(table, (kind, start, _))| self.rank(table, start, kind));
+                let Some((table, (kind, start, end))) = candidate else {
+                    break; // done, or parked until the consumer frees ring room
+                };
+                match kind {
+                    Kind::Ring => s.next[table] = end,
+                    Kind::Ahead => s.ahead[table] = end,
+                }
+                s.busy[table] = true;
+                s.in_flight += 1;
+                self.flight.enter();
+                ready.push(ChunkTask {
+                    core: self.clone(),
+                    table,
+                    kind,
+                    start,
+                    end,
+                });
+            }
+        }
+        for task in ready {
+            self.pool.submit_demand(Box::new(task));
+        }
+    }
+
+    fn finish_batch(self: &Arc<Self>, table: usize, kind: Kind, result: Result<u32>) {
+        let job = &self.jobs[table];
+        match (kind, result) {
+            (Kind::Ring, Ok(end)) => job.ready.publish(end),
+            (Kind::Ring, Err(e)) => {
+                lock(&self.sched).failed[table] = true;
+                job.ready.fail(e);
+            }
+            (Kind::Ahead, Ok(_)) => {}
+            // Nobody waits on a read-ahead: stop reading ahead; the ring
+            // batch that needs the row reads it again and reports the error.
+            (Kind::Ahead, Err(_)) => lock(&self.sched).ahead[table] = self.plan.tokens,
+        }
+        {
+            let mut s = lock(&self.sched);
+            s.busy[table] = false;
+            s.in_flight -= 1;
+        }
+        self.try_schedule();
+    }
+
+    /// A batch task of `table` panicked: the schedule may be torn, so no
+    /// batch is scheduled any more and every table's waits for rows not yet
+    /// published end with an internal error naming the table.
+    fn break_down(&self, table: usize, message: &str) {
+        lock(&self.sched).stopped = true;
+        for job in &self.jobs {
+            job.ready.fail(Error::Internal(format!(
+                "the prefill reader of table {table} panicked: {message}"
+            )));
+        }
+    }
+
+    /// Stops the prefill: no more batches, waiters get `Cancelled`, queued
+    /// batches dropped; returns once no pool thread touches the rings.
+    pub(super) fn cancel_and_join(&self) {
+        lock(&self.sched).stopped = true;
+        for job in &self.jobs {
+            job.ready.cancel();
+        }
+        self.pool.cancel_owner(self.id);
+        self.flight.wait_idle();
+    }
+}
+
+/// What a batch reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Tokens into their ring slots, published when done.
+    Ring,
+    /// Rows of tokens past the ring into the reuse store, when the ring is
+    /// full and the device would otherwise idle: the store's budget extends
+    /// how far the readers run ahead of the consumer.
+    Ahead,
+}
+
+struct ChunkTask {
+    core: Arc<PrefillCore>,
+    table: usize,
+    kind: Kind,
+    start: u32,
+    end: u32,
+}
+
+impl Task for ChunkTask {
+    fn run(self: Box<Self>) {
+        let ChunkTask {
+            core,
+            table,
+            kind,
+            start,
+            end,
+        } = *self;
+        // Leaves the prefill's count on every exit, a panic included.
+        let flight = core.flight.clone();
+        let core = Leaving::new(core, vec![flight]);
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            core.pool.faults.hit(PanicSite::Prefill, table);
+            let job = &core.jobs[table];
+            let result = if job.ready.is_cancelled() {
+                Err(Error::Cancelled)
+            } else if kind == Kind::Ahead {
+                job.read_ahead(start, end).map(|()| end)
+            } else {
+                job.read_range(start, end, Phase::Prefill).map(|()| end)
+            };
+            core.finish_batch(table, kind, result);
+        }));
+        if let Err(panic) = outcome {
+            core.break_down(table, &panic_message(&*panic));
+        }
+    }
+
+    fn abandon(self: Box<Self>) {
+        let core = self.core;
+        {
+            let mut s = lock(&core.sched);
+            s.stopped = true;
+            s.busy[self.table] = false;
+            s.in_flight -= 1;
+        }
+        for job in &core.jobs {
+            job.ready.cancel();
+        }
+        let flight = core.flight.clone();
+        drop(core);
+        flight.leave();
+    }
+
+    fn owner(&self) -> u64 {
+        self.core.id
+    }
+
+    fn urgency(&self) -> (u32, u32, u32) {
+        self.core.rank(self.table, self.start, self.kind)
+    }
+}

@@ -1,0 +1,226 @@
+//! Panics injected into reader tasks (the test switch of `guard.rs`, outside
+//! the row-source call): every wait ends with an internal error naming the
+//! table, drops return, and the engine's threads survive. Each test runs
+//! under a timeout so a hang fails it.
+
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use super::{Engine, PanicSite, PrefetchConfig};
+use crate::io::BatchStats;
+use crate::layout::Layout;
+use crate::prefetch::source::{Priority, RowSource};
+use crate::{Error, Result};
+
+const LIMIT: Duration = Duration::from_secs(30);
+/// Token ids used (all inside the V4.1 vocabulary).
+const VOCAB: u32 = 5000;
+
+/// The tables of [`layout`] with 8-byte rows, each byte the low byte of the
+/// row id.
+struct Rows {
+    layout: Layout,
+}
+
+impl Rows {
+    fn new() -> Arc<Rows> {
+        Arc::new(Rows { layout: layout() })
+    }
+}
+
+impl RowSource for Rows {
+    fn name(&self) -> String {
+        "rows".into()
+    }
+    fn tables(&self) -> usize {
+        2
+    }
+    fn table_rows(&self, table: usize) -> u64 {
+        self.layout.tables[table].rows
+    }
+    fn row_bytes(&self, _table: usize) -> usize {
+        8
+    }
+    fn read_rows_at(
+        &self,
+        _table: usize,
+        rows: &[u32],
+        out: &mut [u8],
+        _priority: Priority,
+    ) -> Result<BatchStats> {
+        for (row, dst) in rows.iter().zip(out.chunks_exact_mut(8)) {
+            dst.fill(*row as u8);
+        }
+        Ok(BatchStats::default())
+    }
+}
+
+/// The V4.1-Flash layout at a small scale: a few thousand rows per table.
+fn layout() -> Layout {
+    crate::layout::preset("deepseek-v4.1-flash", 65536).unwrap()
+}
+
+fn engine(source: &Arc<Rows>) -> Engine {
+    let config = PrefetchConfig {
+        chunk_tokens: 16,
+        first_chunk_tokens: 4,
+        read_batch_tokens: 8,
+        ring_chunks: 2,
+        overlap_threshold: 0,
+        ..PrefetchConfig::default()
+    };
+    Engine::new(source.clone(), source.layout.clone(), config).unwrap()
+}
+
+/// Runs `f` on a thread; a hang past the limit fails the test.
+fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(LIMIT) {
+        Ok(v) => {
+            handle.join().unwrap();
+            v
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
+            Err(p) => std::panic::resume_unwind(p),
+            Ok(()) => unreachable!("sender dropped without sending"),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("timed out after {LIMIT:?}: a wait hung"),
+    }
+}
+
+fn internal(e: &Error, what: &str) -> bool {
+    matches!(e, Error::Internal(m) if m.contains(what) && m.contains("panicked"))
+}
+
+#[test]
+fn a_panic_in_a_prefill_task_ends_every_wait_and_the_drop() {
+    for table in 0..2 {
+        let source = Rows::new();
+        let engine = engine(&source);
+        engine.inject_panic(PanicSite::Prefill, table, true);
+        let engine = within(move || {
+            let mut seq = engine.sequence();
+            let prompt: Vec<u32> = (0..120).map(|i| i % VOCAB).collect();
+            {
+                let mut prefill = seq.prefill(&prompt, None).unwrap();
+                // The panicking table's first batch panics: its waits end
+                // with the internal error; the other table's waits end too
+                // (with rows, or the same error once nothing is scheduled).
+                let err = prefill.wait(table, 4).unwrap_err();
+                let name = format!("prefill reader of table {table}");
+                assert!(internal(&err, &name), "{err}");
+                let mut other = Ok(());
+                for upto in (16..=112).step_by(16) {
+                    other = prefill.wait(1 - table, upto).map(drop);
+                    if other.is_err() {
+                        break;
+                    }
+                }
+                if let Err(e) = other {
+                    assert!(internal(&e, &name), "{e}");
+                }
+            } // the drop returns
+              // The engine's threads and the sequence live on.
+            engine.inject_panic(PanicSite::Prefill, table, false);
+            let mut prefill = seq.prefill(&prompt[..20], None).unwrap();
+            prefill.wait(table, 20).unwrap();
+            drop(prefill);
+            seq.step_begin(3).unwrap();
+            seq.step_wait(0).unwrap();
+            seq.step_wait(1).unwrap();
+            drop(seq);
+            engine
+        });
+        drop(engine);
+        assert_eq!(Arc::strong_count(&source), 1, "a task kept the source");
+    }
+}
+
+#[test]
+fn a_panic_in_a_decode_task_ends_every_wait_and_later_steps_are_refused() {
+    for table in 0..2 {
+        let source = Rows::new();
+        let engine = engine(&source);
+        let engine = within(move || {
+            let mut seq = engine.sequence();
+            seq.step_begin(1).unwrap();
+            seq.step_wait(1).unwrap();
+            engine.inject_panic(PanicSite::Decode, table, true);
+            seq.hint(&[4, 5]).unwrap();
+            seq.step_begin(2).unwrap();
+            seq.hint(&[6]).unwrap();
+            let name = format!("decode reader of table {table}");
+            // Table 0 is read first: a panic there leaves table 1 unread.
+            for t in 0..2 {
+                match seq.step_wait(t) {
+                    Ok(_) => assert!(t < table, "table {t} read after the panic"),
+                    Err(e) => assert!(internal(&e, "decode reader of table"), "{e}"),
+                }
+            }
+            let err = seq.step_begin(3).unwrap_err();
+            assert!(internal(&err, &name), "{err}");
+            assert_eq!(seq.len(), 2, "the refused step took no token");
+            drop(seq); // returns: hints held by the broken step went out
+            engine.inject_panic(PanicSite::Decode, table, false);
+            let mut fresh = engine.sequence();
+            fresh.step_begin(3).unwrap();
+            fresh.step_wait(1).unwrap();
+            drop(fresh);
+            engine
+        });
+        drop(engine);
+        assert_eq!(Arc::strong_count(&source), 1, "a task kept the source");
+    }
+}
+
+#[test]
+fn a_panic_in_a_hint_task_ends_nothing_else() {
+    let source = Rows::new();
+    let engine = engine(&source);
+    engine.inject_panic(PanicSite::Hint, 0, true);
+    let engine = within(move || {
+        let mut seq = engine.sequence();
+        for step in 0..20 {
+            seq.hint(&[step % VOCAB, (step + 1) % VOCAB]).unwrap();
+            seq.step_begin(step % VOCAB).unwrap();
+            seq.step_wait(0).unwrap();
+            seq.step_wait(1).unwrap();
+        }
+        drop(seq);
+        engine
+    });
+    drop(engine);
+    assert_eq!(Arc::strong_count(&source), 1);
+}
+
+#[test]
+fn a_prefill_over_the_size_limit_is_refused_before_anything_changes() {
+    assert!(super::prefill_tokens(super::ready::MAX_COUNT as usize).is_ok());
+    let err = super::prefill_tokens(super::ready::MAX_COUNT as usize + 1).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+}
+
+#[test]
+fn many_decode_steps_never_run_the_ready_count_up() {
+    // An epoch per step: the count is 0 or 1 whatever the step number, so
+    // a wait can never return before its rows are written once a running
+    // count would have saturated.
+    let source = Rows::new();
+    let engine = engine(&source);
+    within(move || {
+        let mut seq = engine.sequence();
+        for step in 0..3000u32 {
+            let token = step % VOCAB;
+            let ids = seq.row_ids(&[token], None).unwrap();
+            seq.step_begin(token).unwrap();
+            let rows = seq.step_wait(1).unwrap().to_vec();
+            let cols = seq.rows_per_token();
+            let want: Vec<u8> = ids[cols..].iter().flat_map(|&r| [r as u8; 8]).collect();
+            assert_eq!(rows, want, "step {step}");
+            assert!(seq.steps.max_ready_count() <= 1);
+        }
+    });
+}
