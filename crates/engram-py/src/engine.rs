@@ -53,6 +53,14 @@ pub struct Info {
     table_rows: Vec<u64>,
     /// Bytes of a row as stored (raw format), per table.
     stored_row_bytes: Vec<usize>,
+    /// The file holding each table's rows (for a checkpoint: the values).
+    table_files: Vec<std::path::PathBuf>,
+    /// Byte offset of each table's row 0 in its file; row r of a packed
+    /// table is at `offset + r * stored_row_bytes`.
+    table_offsets: Vec<u64>,
+    /// Whether each table keeps its scales apart from its values (a Hugging
+    /// Face checkpoint), so a row is not one contiguous range of the file.
+    table_split: Vec<bool>,
     /// The format waits deliver: "f32" or "raw".
     format: &'static str,
     /// The I/O backend in use: "psync", "uring" or "mmap".
@@ -165,6 +173,9 @@ impl Engine {
             layer_ids: layout.tables.iter().map(|t| t.layer_id).collect(),
             table_rows: e.model.tables.iter().map(|t| t.rows).collect(),
             stored_row_bytes: (0..e.tables()).map(|t| source.row_bytes(t)).collect(),
+            table_files: e.model.tables.iter().map(|t| t.file.clone()).collect(),
+            table_offsets: e.model.tables.iter().map(|t| t.offset).collect(),
+            table_split: e.model.tables.iter().map(|t| t.scales.is_some()).collect(),
             format: convert::format_name(config.format),
             backend: e.backend.name(),
             backend_note: e.note.clone(),
