@@ -264,6 +264,21 @@ impl Engine {
     }
 }
 
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Garbage collected without close(): join the readers without the
+        // GIL, as close() does.
+        let taken = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if taken.is_some() {
+            Python::attach(|py| py.detach(move || drop(taken)));
+        }
+    }
+}
+
 /// The bytes of an f32 buffer, to read native-endian rows into.
 pub(crate) fn f32_bytes(values: &mut [f32]) -> &mut [u8] {
     let len = std::mem::size_of_val(values);

@@ -287,10 +287,9 @@ impl Sequence {
     }
 
     /// Tokens in the sequence so far.
-    fn __len__(&self) -> PyResult<usize> {
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         let shared = self.shared()?;
-        let inner = shared.lock()?;
-        Ok(inner.seq.len())
+        Ok(py.detach(|| -> Result<usize, Fail> { Ok(shared.lock()?.seq.len()) })?)
     }
 
     /// Ends the sequence: an open prefill is ended, pending reads are
@@ -308,5 +307,20 @@ impl Sequence {
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
         self.close(py);
         false
+    }
+}
+
+impl Drop for Sequence {
+    fn drop(&mut self) {
+        // Garbage collected without close(): join its readers without the
+        // GIL, as close() does.
+        let taken = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if taken.is_some() {
+            Python::attach(|py| py.detach(move || drop(taken)));
+        }
     }
 }

@@ -1,6 +1,7 @@
 """Type stub of the compiled module engram._engram (re-exported by engram)."""
 
 import os
+import pathlib
 from types import TracebackType
 from typing import Any, Literal, Optional, Sequence as Seq, Union
 
@@ -73,8 +74,8 @@ class Info:
     @property
     def stored_row_bytes(self) -> list[int]: ...
     @property
-    def table_files(self) -> list[Any]:
-        """pathlib.Path of the file holding each table's rows."""
+    def table_files(self) -> list[pathlib.Path]:
+        """The file holding each table's rows."""
     @property
     def table_offsets(self) -> list[int]: ...
     @property
@@ -123,7 +124,7 @@ def synth(
     encoding: str = "e4m3_e8m0_32_row264",
     format: Literal["gguf", "hf"] = "gguf",
     seed: int = 0,
-) -> str:
+) -> pathlib.Path:
     """Writes a small synthetic model; returns the path open() takes."""
 
 class Engine:
