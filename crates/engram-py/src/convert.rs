@@ -70,28 +70,27 @@ fn integers(obj: &Bound<'_, PyAny>, what: &str, bools: bool) -> PyResult<Vec<i12
         .bind(py)
         .call((&array,), Some(&[("dtype", wide)].into_py_dict(py)?))?;
     if kind == b'i' {
-        let values = converted
-            .cast_into::<PyArray1<i64>>()
-            .map_err(|_| invalid(format!("{what}: not convertible to int64")))?;
-        let values = values.readonly();
-        Ok(values
-            .as_slice()
-            .map_err(|e| invalid(format!("{what}: {e}")))?
-            .iter()
-            .map(|&v| i128::from(v))
-            .collect())
+        values::<i64>(converted, what)
     } else {
-        let values = converted
-            .cast_into::<PyArray1<u64>>()
-            .map_err(|_| invalid(format!("{what}: not convertible to uint64")))?;
-        let values = values.readonly();
-        Ok(values
-            .as_slice()
-            .map_err(|e| invalid(format!("{what}: {e}")))?
-            .iter()
-            .map(|&v| i128::from(v))
-            .collect())
+        values::<u64>(converted, what)
     }
+}
+
+/// The values of a 1-D array of `T` (just converted to it) as `i128`.
+fn values<T: numpy::Element + Copy + Into<i128>>(
+    array: Bound<'_, PyAny>,
+    what: &str,
+) -> PyResult<Vec<i128>> {
+    let array = array
+        .cast_into::<PyArray1<T>>()
+        .map_err(|_| invalid(format!("{what}: not convertible to a 64-bit integer array")))?;
+    let values = array.readonly();
+    Ok(values
+        .as_slice()
+        .map_err(|e| invalid(format!("{what}: {e}")))?
+        .iter()
+        .map(|&v| v.into())
+        .collect())
 }
 
 /// Token ids: a list, tuple, numpy array or CPU tensor of integers, each

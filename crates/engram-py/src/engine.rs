@@ -240,10 +240,9 @@ impl Engine {
     /// Closes the engine: reader threads stop and are joined (the GIL is
     /// released meanwhile) once no sequence of it is mid-call. Sequences
     /// still open then raise CancelledError. Closing twice is allowed.
-    fn close(&self, py: Python<'_>) {
-        let taken = self.inner.write().unwrap_or_else(|p| p.into_inner()).take();
+    fn close(&self) {
         // Dropping the last share joins the readers: not with the GIL.
-        py.detach(move || drop(taken));
+        crate::gil::drop_detached(self.inner.write().unwrap_or_else(|p| p.into_inner()).take());
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -251,8 +250,8 @@ impl Engine {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close(py);
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
         false
     }
 
@@ -268,14 +267,12 @@ impl Drop for Engine {
     fn drop(&mut self) {
         // Garbage collected without close(): join the readers without the
         // GIL, as close() does.
-        let taken = self
-            .inner
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if taken.is_some() {
-            Python::attach(|py| py.detach(move || drop(taken)));
-        }
+        crate::gil::drop_detached(
+            self.inner
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
     }
 }
 

@@ -5,6 +5,7 @@
 mod convert;
 mod engine;
 mod errors;
+mod gil;
 mod json;
 mod prefill;
 mod rows;

@@ -125,6 +125,17 @@ impl Sequence {
         })
     }
 
+    /// Runs `f` on the sequence's state with the GIL released (the lock is
+    /// taken only after it is).
+    fn locked<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut SeqInner) -> Result<R, Fail> + Send,
+    ) -> PyResult<R> {
+        let shared = self.shared()?;
+        Ok(py.detach(|| f(&mut *shared.lock()?))?)
+    }
+
     fn shared(&self) -> PyResult<Arc<SeqShared>> {
         self.shared
             .lock()
@@ -195,13 +206,10 @@ impl Sequence {
     /// Call as soon as the token is sampled.
     fn step_begin(&self, py: Python<'_>, token: &Bound<'_, PyAny>) -> PyResult<()> {
         let token = convert::token(token)?;
-        let shared = self.shared()?;
-        py.detach(|| -> Result<(), Fail> {
-            let mut inner = shared.lock()?;
+        self.locked(py, |inner| {
             inner.no_prefill("step_begin")?;
             Ok(inner.seq.step_begin(token)?)
-        })?;
-        Ok(())
+        })
     }
 
     /// Blocks (GIL released) until the current step's rows of `table` are
@@ -248,28 +256,21 @@ impl Sequence {
     /// Nothing waits on hints; useful only with a row cache.
     fn hint(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
         let tokens = convert::tokens(tokens, "tokens")?;
-        let shared = self.shared()?;
-        py.detach(|| -> Result<(), Fail> { Ok(shared.lock()?.seq.hint(&tokens)?) })?;
-        Ok(())
+        self.locked(py, |inner| Ok(inner.seq.hint(&tokens)?))
     }
 
     /// Drops the last `n` tokens (rejected draft tokens).
     fn rollback(&self, py: Python<'_>, n: usize) -> PyResult<()> {
-        let shared = self.shared()?;
-        py.detach(|| -> Result<(), Fail> {
-            let mut inner = shared.lock()?;
+        self.locked(py, |inner| {
             inner.no_prefill("rollback")?;
             Ok(inner.seq.rollback(n)?)
-        })?;
-        Ok(())
+        })
     }
 
     /// Everything measured on this sequence so far, as a dict (prefill,
     /// decode, hints; per table waits, stall, rows, reads, bytes, latency).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let shared = self.shared()?;
-        let json =
-            py.detach(|| -> Result<String, Fail> { Ok(shared.lock()?.seq.stats().to_json()) })?;
+        let json = self.locked(py, |inner| Ok(inner.seq.stats().to_json()))?;
         to_python(py, &json)
     }
 
@@ -288,15 +289,13 @@ impl Sequence {
 
     /// Tokens in the sequence so far.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        let shared = self.shared()?;
-        Ok(py.detach(|| -> Result<usize, Fail> { Ok(shared.lock()?.seq.len()) })?)
+        self.locked(py, |inner| Ok(inner.seq.len()))
     }
 
     /// Ends the sequence: an open prefill is ended, pending reads are
     /// cancelled and joined (GIL released). Closing twice is allowed.
-    fn close(&self, py: Python<'_>) {
-        let taken = self.shared.lock().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(move || drop(taken));
+    fn close(&self) {
+        crate::gil::drop_detached(self.shared.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -304,8 +303,8 @@ impl Sequence {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close(py);
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
         false
     }
 }
@@ -314,13 +313,11 @@ impl Drop for Sequence {
     fn drop(&mut self) {
         // Garbage collected without close(): join its readers without the
         // GIL, as close() does.
-        let taken = self
-            .shared
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if taken.is_some() {
-            Python::attach(|py| py.detach(move || drop(taken)));
-        }
+        crate::gil::drop_detached(
+            self.shared
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
     }
 }
