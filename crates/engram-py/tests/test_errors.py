@@ -181,10 +181,11 @@ def test_a_corrupt_row_raises_corrupt_row_error(tmp_path, model):
         ids = seq.row_ids(np.arange(VOCAB - 2000, VOCAB))
         # A prompt whose rows include row 5 fails its wait with the same facts.
         hit = np.nonzero((ids[:, 0, :] == 5).any(axis=1))[0]
-        if len(hit):
-            with seq.prefill(np.arange(VOCAB - 2000, VOCAB)) as pf:
-                with pytest.raises(engram.CorruptRowError):
-                    pf.wait(0, int(hit[0]) + 1)
+        assert len(hit) > 0, "the prompt should reach row 5"
+        with seq.prefill(np.arange(VOCAB - 2000, VOCAB)) as pf:
+            with pytest.raises(engram.CorruptRowError) as err:
+                pf.wait(0, int(hit[0]) + 1)
+            assert (err.value.table, err.value.row) == (0, 5)
 
 
 def test_closing_the_engine_cancels_open_sequences(model):
@@ -199,3 +200,40 @@ def test_closing_the_engine_cancels_open_sequences(model):
     seq.close()
     with pytest.raises(engram.StateError, match="closed"):
         seq.step_begin(1)
+
+
+def test_no_bad_input_reaches_a_rust_panic(engine):
+    """Odd values in every argument: each call returns or raises an ordinary
+    exception; a Rust panic would surface as a BaseException that is not an
+    Exception and fail the test."""
+    odd = [None, -1, 0, 2**31, 2**64, 1.5, "x", b"\x00", [], [[1]], [-1], [2**33],
+           np.zeros(0), np.zeros((0, 3)), np.full(3, np.nan), np.array([True]),
+           bytearray(3), memoryview(b"ro"), object()]
+    seq = engine.sequence()
+    calls = [
+        lambda v: engine.rows(0, v),
+        lambda v: engine.rows(v, [1]),
+        lambda v: engine.rows(0, [1], format=v),
+        lambda v: seq.row_ids(v),
+        lambda v: seq.row_ids([1, 2, 3], mask=v),
+        lambda v: seq.hint(v),
+        lambda v: seq.step_begin(v),
+        lambda v: seq.step_wait(v),
+        lambda v: seq.step_wait_into(0, v),
+        lambda v: seq.stall(v),
+        lambda v: seq.rollback(v),
+    ]
+    for call in calls:
+        for value in odd:
+            try:
+                call(value)
+            except Exception:
+                pass  # any ordinary exception is fine; BaseException escapes
+    with seq.prefill([1, 2, 3]) as pf:
+        for value in odd:
+            for call in (lambda v: pf.wait(0, v), lambda v: pf.wait(v, 1),
+                         lambda v: pf.wait_into(0, 3, v), lambda v: pf.ready_tokens(v)):
+                try:
+                    call(value)
+                except Exception:
+                    pass
