@@ -85,12 +85,14 @@ impl Info {
 
 /// Opens the model at `path` (a ds4 .gguf file or a Hugging Face checkpoint
 /// directory) and starts an engine on it. Releases the GIL while opening.
+/// `prefetch`, `pipeline` and `batch` left None follow the ENGRAM_PREFETCH,
+/// ENGRAM_PIPELINE and ENGRAM_BATCH environment switches (0 off), else on.
 #[pyfunction]
 #[pyo3(signature = (
     path, *, backend = "auto", direct = false, io_depth = 64, cache_bytes = 0,
     format = "f32", chunk_tokens = 2048, ring_chunks = 4, first_chunk_tokens = 128,
-    read_batch_tokens = 256, overlap_threshold = 1024, prefetch = true, pipeline = true,
-    batch = true, lookup_hints = false, workers = 4, decode_workers = 2,
+    read_batch_tokens = 256, overlap_threshold = 1024, prefetch = None, pipeline = None,
+    batch = None, lookup_hints = false, workers = 4, decode_workers = 2,
     reuse_bytes = None, prefill_batches_in_flight = 1, inject_latency_us = 0
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -107,9 +109,9 @@ pub(crate) fn open(
     first_chunk_tokens: u32,
     read_batch_tokens: u32,
     overlap_threshold: u32,
-    prefetch: bool,
-    pipeline: bool,
-    batch: bool,
+    prefetch: Option<bool>,
+    pipeline: Option<bool>,
+    batch: Option<bool>,
     lookup_hints: bool,
     workers: usize,
     decode_workers: usize,
@@ -117,7 +119,9 @@ pub(crate) fn open(
     prefill_batches_in_flight: usize,
     inject_latency_us: u64,
 ) -> PyResult<Engine> {
-    let defaults = PrefetchConfig::default();
+    // None: the ENGRAM_PREFETCH / ENGRAM_PIPELINE / ENGRAM_BATCH switches
+    // (as the C ABI's defaults), else on.
+    let defaults = PrefetchConfig::from_env();
     let builder = EngineBuilder {
         io: IoConfig {
             backend: convert::backend(backend)?,
@@ -131,9 +135,9 @@ pub(crate) fn open(
             first_chunk_tokens,
             read_batch_tokens,
             overlap_threshold,
-            prefetch,
-            pipeline,
-            batch,
+            prefetch: prefetch.unwrap_or(defaults.prefetch),
+            pipeline: pipeline.unwrap_or(defaults.pipeline),
+            batch: batch.unwrap_or(defaults.batch),
             lookup_hints,
             format: convert::format(format, "format")?,
             workers,

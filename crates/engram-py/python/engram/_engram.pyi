@@ -104,9 +104,9 @@ def open(
     first_chunk_tokens: int = 128,
     read_batch_tokens: int = 256,
     overlap_threshold: int = 1024,
-    prefetch: bool = True,
-    pipeline: bool = True,
-    batch: bool = True,
+    prefetch: Optional[bool] = None,
+    pipeline: Optional[bool] = None,
+    batch: Optional[bool] = None,
     lookup_hints: bool = False,
     workers: int = 4,
     decode_workers: int = 2,
@@ -114,7 +114,11 @@ def open(
     prefill_batches_in_flight: int = 1,
     inject_latency_us: int = 0,
 ) -> Engine:
-    """Opens a model (ds4 .gguf or Hugging Face checkpoint directory) and starts an engine."""
+    """Opens a model (ds4 .gguf or Hugging Face checkpoint directory) and starts an engine.
+
+    prefetch, pipeline and batch left None follow the ENGRAM_PREFETCH,
+    ENGRAM_PIPELINE and ENGRAM_BATCH environment switches (0 off), else on.
+    """
 
 def synth(
     out: Union[str, os.PathLike[str]],
