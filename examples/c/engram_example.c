@@ -114,9 +114,14 @@ static void prefill(struct ctx *c, engram_seq *seq, const uint32_t *tokens, size
                     uint8_t *shared) {
     uint32_t tables = c->info.tables, rpt = c->info.rows_per_token;
     uint32_t *ids = malloc(n * tables * rpt * sizeof *ids);
-    CHECK(engram_seq_row_ids(seq, tokens, n, NULL, ids, n * tables * rpt));
+    /* An attention mask as a tokenizer gives it for a left-padded batch
+     * row: 0 for the padding, 1 for real tokens (NULL means all real). */
+    uint8_t *mask = malloc(n);
+    for (size_t i = 0; i < n; i++) mask[i] = i < 3 ? 0 : 1;
+    CHECK(engram_seq_row_ids(seq, tokens, n, mask, ids, n * tables * rpt));
     engram_prefill *pf = NULL;
-    CHECK(engram_prefill_begin(seq, tokens, n, NULL, &pf));
+    CHECK(engram_prefill_begin(seq, tokens, n, mask, &pf));
+    free(mask);
     double deadline = now_us();
     for (uint32_t from = 0; from < n; from += UBATCH) {
         uint32_t upto = from + UBATCH < n ? from + UBATCH : (uint32_t)n;

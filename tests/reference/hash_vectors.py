@@ -40,7 +40,8 @@ N_HEADS = 8
 ENGRAM_VOCAB = 16_000_000
 SEED = 0
 PAD_TOKEN = 2
-SCALES = [1, 1024]
+# 65536: small enough for a test to build the model (about 6K rows a table).
+SCALES = [1, 1024, 65536]
 
 
 def load_tokenizer():
@@ -109,14 +110,15 @@ def multipliers(cvocab, layer_id):
     return r * 2 + 1
 
 
-def window_ids(compressed, dead, pad):
-    """ids[t, k]: compressed id k back from t; pad from the first dead position on."""
+def window_ids(compressed, attention_mask, pad):
+    """ids[t, k]: compressed id k back from t; pad from the first dead position
+    (attention_mask 0, as a Hugging Face tokenizer pads) on."""
     T = len(compressed)
     out = np.full((T, MAX_NGRAM), pad, dtype=np.int64)
     for t in range(T):
         for k in range(MAX_NGRAM):
             p = t - k
-            if p < 0 or dead[p]:
+            if p < 0 or attention_mask[p] == 0:
                 break
             out[t, k] = compressed[p]
     return out
@@ -142,7 +144,8 @@ def main():
     tokens = tok.encode(TEXT, add_special_tokens=False).ids
     compressed = lut[np.array(tokens)]
     T = len(tokens)
-    mask = [t in (0, 1, 40, 41, 150, 151, 152) or t % 37 == 5 for t in range(T)]
+    # A Hugging Face attention_mask: 1 for a real token, 0 for padding.
+    attention_mask = [0 if t in (0, 1, 40, 41, 150, 151, 152) or t % 37 == 5 else 1 for t in range(T)]
     cases = []
     for scale in SCALES:
         primes = primes_per_table(ENGRAM_VOCAB // scale)
@@ -154,8 +157,8 @@ def main():
             "multipliers": [[int(v) for v in m] for m in mults],
         }
         for masked in (False, True):
-            dead = mask if masked else [False] * T
-            ids = window_ids(compressed, dead, pad)
+            keep = attention_mask if masked else [1] * T
+            ids = window_ids(compressed, keep, pad)
             per_table = [rows_for(ids, p, m) for p, m in zip(primes, mults)]
             rows = [[[int(v) for v in tab[t]] for tab in per_table] for t in range(T)]
             cases.append({"layout": layout, "masked": masked, "token_rows": rows})
@@ -166,7 +169,7 @@ def main():
         "compressed_vocab_size": cvocab,
         "token_map_fnv1a64": str(fnv1a64(lut)),
         "pad_compressed_id": pad,
-        "mask": mask,
+        "attention_mask": attention_mask,
         "cases": cases,
     }
     json.dump(doc, sys.stdout, separators=(",", ":"))

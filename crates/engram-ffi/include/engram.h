@@ -279,8 +279,9 @@ enum engram_status engram_stats_json(struct engram_engine *engine, char **json);
 enum engram_status engram_options_default(struct engram_options *options);
 
 // Appends `tokens[0..n]` to the sequence and starts reading their rows
-// ahead of the waits. `mask` may be NULL; `mask[i] != 0` marks token `i`
-// dead (padding). On success `*pf` is the prefill's handle (NULL on
+// ahead of the waits. `mask` may be NULL (every token real); otherwise
+// `mask[i] != 0` marks token `i` real and `mask[i] == 0` dead (padding), so
+// a Hugging Face `attention_mask` (as uint8) passes straight through. On success `*pf` is the prefill's handle (NULL on
 // failure); until `engram_prefill_end`, the sequence refuses decode steps
 // and other prefills with `ENGRAM_STATE`. A token outside the vocabulary
 // is `ENGRAM_INVALID_ARGUMENT` and leaves the sequence unchanged.

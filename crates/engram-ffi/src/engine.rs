@@ -5,17 +5,14 @@ use std::ffi::{c_char, c_void};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use engram::cache::{CachedSource, RowCache};
 use engram::codec::ROW_DIM;
-use engram::io::{open_source, Backend, RowSource};
-use engram::model::Model;
-use engram::prefetch::{Engine, RowFormat};
-use serde::Serialize;
+use engram::io::Backend;
+use engram::open::OpenEngine;
+use engram::prefetch::RowFormat;
 
 use crate::handles;
 use crate::options::{self, engram_options, ENGRAM_FORMAT_F32, ENGRAM_FORMAT_RAW};
 use crate::ptr::{c_str, check_out, slice_in, slice_out, write_out};
-use crate::stats::SeqRegistry;
 use crate::status::{call, engram_status, FfiError, FfiResult};
 
 /// An open model and its prefetch engine (opaque). Safe to use from any
@@ -64,59 +61,24 @@ pub struct engram_table {
     pub row_bytes: u32,
 }
 
-pub(crate) struct EngineObj {
-    pub engine: Engine,
-    pub model: Model,
-    backend: Backend,
-    note: Option<String>,
-    cache: Option<Arc<RowCache>>,
-    pub seqs: Arc<SeqRegistry>,
+/// The C handle's object: the core's opened engine (model, source, cache,
+/// engine, stats registry) as built by [`engram::open::EngineBuilder`].
+pub(crate) struct EngineObj(pub OpenEngine);
+
+impl std::ops::Deref for EngineObj {
+    type Target = OpenEngine;
+    fn deref(&self) -> &OpenEngine {
+        &self.0
+    }
 }
 
 impl EngineObj {
     fn open(path: PathBuf, options: &engram_options) -> FfiResult<EngineObj> {
-        let (io, config, cache_bytes) = options.configs()?;
-        let model = Model::open(&path)?;
-        let opened = open_source(&model.tables, &io)?;
-        let (source, cache) = if cache_bytes == 0 {
-            (opened.source, None)
-        } else {
-            let row_bytes = (0..opened.source.tables())
-                .map(|t| opened.source.row_bytes(t))
-                .max()
-                .unwrap_or(0);
-            let cache = Arc::new(RowCache::new(cache_bytes, row_bytes));
-            let cached = CachedSource::new(opened.source, cache.clone());
-            (Arc::new(cached) as Arc<dyn RowSource>, Some(cache))
-        };
-        let engine = Engine::for_model(&model, source, config)?;
-        Ok(EngineObj {
-            engine,
-            model,
-            backend: opened.backend,
-            note: opened.note,
-            cache,
-            seqs: Arc::default(),
-        })
-    }
-
-    /// Bytes of one delivered row of `table` in `format`.
-    pub fn row_bytes(&self, table: usize, format: RowFormat) -> usize {
-        match format {
-            RowFormat::Raw => self.engine.source().row_bytes(table),
-            RowFormat::F32 => ROW_DIM * 4,
-        }
+        Ok(EngineObj(options.builder()?.open(path)?))
     }
 
     fn check_table(&self, table: u32) -> FfiResult<usize> {
-        let tables = self.model.tables.len();
-        let t = table as usize;
-        if t >= tables {
-            return Err(FfiError::invalid(format!(
-                "table {table} out of range (the model has {tables})"
-            )));
-        }
-        Ok(t)
+        Ok(self.0.check_table(table as usize)?)
     }
 
     fn info(&self) -> engram_info {
@@ -146,60 +108,7 @@ impl EngineObj {
                 ),
             ));
         }
-        let source = self.engine.source();
-        match format {
-            RowFormat::Raw => {
-                source.read_rows(table, ids, &mut out[..need])?;
-            }
-            RowFormat::F32 => {
-                let encoding = self.model.table(table)?.encoding;
-                let mut raw = vec![0u8; ids.len() * source.row_bytes(table)];
-                source.read_rows(table, ids, &mut raw)?;
-                let mut values = vec![0f32; ids.len() * ROW_DIM];
-                encoding.decode_rows(&raw, &mut values).map_err(|e| {
-                    let row = ids.get(e.index).map_or(u64::MAX, |&r| u64::from(r));
-                    e.into_error(table, row)
-                })?;
-                for (dst, v) in out[..need].chunks_exact_mut(4).zip(values) {
-                    dst.copy_from_slice(&v.to_ne_bytes());
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn stats_json(&self) -> String {
-        #[derive(Serialize)]
-        struct Cache {
-            budget_bytes: u64,
-            bytes: u64,
-            rows: usize,
-            hits: u64,
-            misses: u64,
-        }
-        #[derive(Serialize)]
-        struct Report<'a> {
-            source: String,
-            backend: &'static str,
-            backend_note: Option<&'a str>,
-            cache: Option<Cache>,
-            #[serde(flatten)]
-            sequences: crate::stats::SeqsReport,
-        }
-        let report = Report {
-            source: self.engine.source().name(),
-            backend: self.backend.name(),
-            backend_note: self.note.as_deref(),
-            cache: self.cache.as_ref().map(|c| Cache {
-                budget_bytes: c.budget(),
-                bytes: c.bytes(),
-                rows: c.len(),
-                hits: c.hits(),
-                misses: c.misses(),
-            }),
-            sequences: self.seqs.report(),
-        };
-        serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+        Ok(self.0.read_rows(table, ids, format, out)?)
     }
 }
 

@@ -26,7 +26,6 @@ mod prefill;
 mod ptr;
 mod rows;
 mod seq;
-mod stats;
 mod status;
 mod text;
 

@@ -1,6 +1,7 @@
 //! `engram_options`: how an engine reads and schedules, versioned by size.
 
 use engram::io::{Backend, IoConfig};
+use engram::open::EngineBuilder;
 use engram::prefetch::{PrefetchConfig, RowFormat};
 
 use crate::ptr::write_out;
@@ -127,33 +128,35 @@ impl engram_options {
         Ok(unsafe { p.read() })
     }
 
-    /// The I/O configuration, the scheduler configuration and the cache
-    /// budget these options ask for.
-    pub(crate) fn configs(&self) -> FfiResult<(IoConfig, PrefetchConfig, u64)> {
-        let io = IoConfig {
-            backend: backend(self.backend)?,
-            depth: self.io_depth as usize,
-            direct: flag(self.direct_io, "direct_io")?,
-            ..IoConfig::default()
+    /// The engine options these ask for, validated.
+    pub(crate) fn builder(&self) -> FfiResult<EngineBuilder> {
+        let builder = EngineBuilder {
+            io: IoConfig {
+                backend: backend(self.backend)?,
+                depth: self.io_depth as usize,
+                direct: flag(self.direct_io, "direct_io")?,
+                ..IoConfig::default()
+            },
+            prefetch: PrefetchConfig {
+                chunk_tokens: self.chunk_tokens,
+                ring_chunks: self.ring_chunks,
+                first_chunk_tokens: self.first_chunk_tokens,
+                read_batch_tokens: self.read_batch_tokens,
+                overlap_threshold: self.overlap_threshold,
+                prefetch: flag(self.prefetch, "prefetch")?,
+                pipeline: flag(self.pipeline, "pipeline")?,
+                batch: flag(self.batch, "batch")?,
+                lookup_hints: flag(self.lookup_hints, "lookup_hints")?,
+                format: format(self.format, "options.format")?,
+                workers: self.workers as usize,
+                decode_workers: self.decode_workers as usize,
+                ..PrefetchConfig::default()
+            },
+            cache_bytes: self.cache_bytes,
+            faults: None,
         };
-        let prefetch = PrefetchConfig {
-            chunk_tokens: self.chunk_tokens,
-            ring_chunks: self.ring_chunks,
-            first_chunk_tokens: self.first_chunk_tokens,
-            read_batch_tokens: self.read_batch_tokens,
-            overlap_threshold: self.overlap_threshold,
-            prefetch: flag(self.prefetch, "prefetch")?,
-            pipeline: flag(self.pipeline, "pipeline")?,
-            batch: flag(self.batch, "batch")?,
-            lookup_hints: flag(self.lookup_hints, "lookup_hints")?,
-            format: format(self.format, "options.format")?,
-            workers: self.workers as usize,
-            decode_workers: self.decode_workers as usize,
-            ..PrefetchConfig::default()
-        };
-        io.validate()?;
-        prefetch.validate()?;
-        Ok((io, prefetch, self.cache_bytes))
+        builder.validate()?;
+        Ok(builder)
     }
 }
 

@@ -13,8 +13,8 @@ use crate::handles;
 use crate::prefill::PrefillObj;
 use crate::ptr::{check_out, slice_in, slice_out, write_out};
 use crate::rows::{copy_into, engram_rows, too_small};
-use crate::stats::SeqRegistry;
 use crate::status::{call, engram_status, FfiError, FfiResult};
+use engram::open::SeqRegistry;
 
 /// One sequence of tokens on an engine (opaque). Calls on one sequence and
 /// its prefill are serialized (one runs at a time, the others wait); use
@@ -133,7 +133,8 @@ pub(crate) fn seq_of(seq: *mut engram_seq) -> FfiResult<Arc<SeqObj>> {
     handles::get(seq.addr())
 }
 
-/// Dead-token mask from C bytes (nonzero = dead, as padding is).
+/// Token mask from C bytes: nonzero marks a real token, 0 a dead one
+/// (padding), as a Hugging Face `attention_mask` does.
 ///
 /// # Safety
 /// `mask` is NULL or points at `n` readable bytes.

@@ -115,3 +115,45 @@ impl Error {
         }
     }
 }
+
+/// What kind of failure an [`Error`] is, for embedders that map errors to
+/// their own types (C status codes, Python exceptions). Not
+/// `non_exhaustive` on purpose: a new kind is a compile error in every
+/// mapping, so none silently files it under a catch-all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// [`Error::Io`].
+    Io,
+    /// [`Error::Format`].
+    Format,
+    /// [`Error::Layout`].
+    Layout,
+    /// [`Error::Tokenizer`].
+    Tokenizer,
+    /// [`Error::CorruptRow`].
+    CorruptRow,
+    /// [`Error::RowRead`].
+    RowRead,
+    /// [`Error::InvalidArgument`].
+    InvalidArgument,
+    /// [`Error::Cancelled`].
+    Cancelled,
+}
+
+impl Error {
+    /// The error's kind. The match is exhaustive (this crate may match its
+    /// own `non_exhaustive` enum without a wildcard), so a new variant must
+    /// be given a kind here.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Format { .. } => ErrorKind::Format,
+            Error::Layout { .. } => ErrorKind::Layout,
+            Error::Tokenizer { .. } => ErrorKind::Tokenizer,
+            Error::CorruptRow { .. } => ErrorKind::CorruptRow,
+            Error::RowRead { .. } => ErrorKind::RowRead,
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::Cancelled => ErrorKind::Cancelled,
+        }
+    }
+}

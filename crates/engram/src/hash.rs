@@ -239,9 +239,10 @@ impl Hasher {
     }
 
     /// Appends the rows of `tokens` to `out` (`[token][table][column]`) and
-    /// extends `history` with them. `mask[i] == true` marks token `i` dead:
-    /// it still gets rows, reading as pad, and later tokens do not see past
-    /// it. On error nothing is appended and `history` is unchanged.
+    /// extends `history` with them. `mask[i] == true` marks token `i` real
+    /// and `false` dead (padding), as a Hugging Face `attention_mask` does:
+    /// a dead token still gets rows, reading as pad, and later tokens do not
+    /// see past it. No mask: every token is real. On error nothing is appended and `history` is unchanged.
     pub fn hash(
         &self,
         history: &mut History,
@@ -269,7 +270,7 @@ impl Hasher {
     }
 
     /// Appends the compressed id of each token to `history`, [`DEAD`] where
-    /// masked. Inputs were checked, so indexing cannot fail.
+    /// the mask says the token is not real. Inputs were checked, so indexing cannot fail.
     fn push_compressed(&self, history: &mut History, tokens: &[u32], mask: Option<&[bool]>) {
         let map = &self.token_map[..];
         match mask {
@@ -280,7 +281,7 @@ impl Hasher {
                     tokens
                         .iter()
                         .zip(mask)
-                        .map(|(&t, &dead)| if dead { DEAD } else { map[t as usize] }),
+                        .map(|(&t, &real)| if real { map[t as usize] } else { DEAD }),
                 ),
         }
     }

@@ -15,7 +15,8 @@ pub mod hash;
 pub mod io;
 pub mod layout;
 pub mod model;
+pub mod open;
 pub mod prefetch;
 pub mod stats;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};

@@ -52,14 +52,13 @@ fn vendored_tokenizer_matches_python_tokenizers() {
 fn rows_match_independent_reference_at_each_scale_with_and_without_mask() {
     let doc = vectors();
     let tokens: Vec<u32> = u64s(&doc["tokens"]).into_iter().map(|t| t as u32).collect();
-    let mask: Vec<bool> = doc["mask"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m.as_bool().unwrap())
-        .collect();
+    // A Hugging Face attention_mask (1 real, 0 padding) taken as it is:
+    // nonzero is a real token.
+    let attention_mask = u64s(&doc["attention_mask"]);
+    assert!(attention_mask.contains(&0) && attention_mask.contains(&1));
+    let mask: Vec<bool> = attention_mask.iter().map(|&m| m != 0).collect();
     let cases = doc["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 4);
+    assert_eq!(cases.len(), 6);
     for case in cases {
         let scale = case["layout"]["scale"].as_u64().unwrap();
         let masked = case["masked"].as_bool().unwrap();

@@ -50,7 +50,8 @@ fn config() -> impl Strategy<Value = PrefetchConfig> {
 fn case() -> impl Strategy<Value = Case> {
     (
         prop::collection::vec(0..VOCAB, 0..300),
-        prop::option::of(prop::collection::vec(prop::bool::weighted(0.15), 300)),
+        // true = real token (attention-mask convention): mostly real.
+        prop::option::of(prop::collection::vec(prop::bool::weighted(0.85), 300)),
         config(),
         prop::collection::vec(1u32..120, 1..12),
         0usize..6,

@@ -6,8 +6,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use engram::codec::Encoding;
-use engram::model::derive;
-use engram::model::hf::HfConfig;
 use engram::model::synth::{self, SynthFormat};
 
 /// Output kind.
@@ -47,29 +45,17 @@ pub struct Args {
 
 /// Runs `engram synth`.
 pub fn run(args: Args) -> engram::Result<()> {
-    let (layout, params) = derive::preset(&args.preset, args.scale)?;
-    let config = HfConfig {
-        params,
-        num_embeddings: layout.tables.iter().map(|t| t.rows).collect(),
-        compressed_vocab_size: u64::from(layout.compressed_vocab_size),
-        vocab_size: Some(layout.token_map.len() as u64),
-    };
-    let tokenizer = match args.format {
-        Format::Hf => derive::vendored_tokenizer_json()?,
-        Format::Gguf => Vec::new(),
-    };
     let format = match args.format {
         Format::Gguf => SynthFormat::Gguf,
         Format::Hf => SynthFormat::Hf,
     };
     let bar = crate::progress::Bar::new("synth", args.quiet);
     let start = Instant::now();
-    let path = synth::synth(
+    let (path, layout) = synth::synth_preset(
         &args.out,
         format,
-        &layout,
-        &config,
-        &tokenizer,
+        &args.preset,
+        args.scale,
         args.encoding,
         args.seed,
         &bar,

@@ -286,3 +286,33 @@ pub fn synth(
         }
     }
 }
+
+/// Writes a synthetic model of the named layout preset with every per-head
+/// table size divided by `scale` (see [`synth`] for `out`): the checkpoint
+/// config and, for [`SynthFormat::Hf`], the vendored tokenizer come from
+/// the preset. Returns the path a model reader opens and the layout.
+pub fn synth_preset(
+    out: &Path,
+    format: SynthFormat,
+    preset: &str,
+    scale: u64,
+    encoding: Encoding,
+    seed: u64,
+    progress: &dyn Progress,
+) -> Result<(PathBuf, Layout)> {
+    let (layout, params) = super::derive::preset(preset, scale)?;
+    let config = HfConfig {
+        params,
+        num_embeddings: layout.tables.iter().map(|t| t.rows).collect(),
+        compressed_vocab_size: u64::from(layout.compressed_vocab_size),
+        vocab_size: Some(layout.token_map.len() as u64),
+    };
+    let tokenizer = match format {
+        SynthFormat::Hf => super::derive::vendored_tokenizer_json()?,
+        SynthFormat::Gguf => Vec::new(),
+    };
+    let path = synth(
+        out, format, &layout, &config, &tokenizer, encoding, seed, progress,
+    )?;
+    Ok((path, layout))
+}

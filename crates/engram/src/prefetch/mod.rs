@@ -350,7 +350,8 @@ impl Sequence {
 
     /// Row ids (`[token][table][column]`) the sequence's hash gives
     /// `tokens` appended to it, without appending them. `mask[i] == true`
-    /// marks token `i` dead, as [`Hasher::hash`] does.
+    /// marks token `i` real and `false` dead (padding), as a Hugging Face
+    /// `attention_mask` does ([`Hasher::hash`]).
     pub fn row_ids(&self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Vec<u32>> {
         // A history restored from a snapshot continues the sequence exactly
         // and costs O(max_ngram_size), whatever the sequence length.
@@ -362,8 +363,8 @@ impl Sequence {
         Ok(out)
     }
 
-    /// Appends `tokens` (`mask[i] == true` marks token `i` dead, as padding
-    /// is) and starts reading their rows: one reader job per table at once,
+    /// Appends `tokens` (`mask[i] == true` marks token `i` real, `false`
+    /// dead, as padding is: a Hugging Face `attention_mask`) and starts reading their rows: one reader job per table at once,
     /// ahead of the consumer's [`Prefill::wait`]s.
     pub fn prefill(&mut self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Prefill<'_>> {
         self.begin_prefill(tokens, mask)

@@ -2,21 +2,24 @@
 //! stats recorder, and folds a sequence into running totals when it is
 //! freed (keeping the last few full snapshots), so memory stays bounded
 //! however many sequences a server opens.
+//!
+//! Sequences are named by an id of the embedder's choosing (the C ABI's
+//! handle value, the Python object's id), shown in hex as `handle`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use engram::stats::{PhaseStats, Stats, StatsRecorder, TableStats};
+use crate::stats::{PhaseStats, Stats, StatsRecorder, TableStats};
 use serde::Serialize;
 
-/// Full snapshots of freed sequences kept for `engram_stats_json`.
+/// Full snapshots of freed sequences kept for the report.
 const RECENT_CLOSED: usize = 8;
 
 /// Sums over sequences, per phase and table: the counts of
 /// [`Stats::add_counts`]; the distributions are left empty (count 0), since
 /// they cannot be summed.
 #[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct Totals {
+pub struct Totals {
     prefill: Vec<TableStats>,
     decode: Vec<TableStats>,
     hints: Vec<TableStats>,
@@ -41,15 +44,15 @@ fn add_phase(into: &mut Vec<TableStats>, phase: &PhaseStats) {
 
 /// One sequence in the engine's report.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct SeqReport {
+pub struct SeqReport {
     handle: String,
     open: bool,
     stats: Stats,
 }
 
-/// What `engram_stats_json` reports about the engine's sequences.
+/// What the engine's stats report says about its sequences.
 #[derive(Debug, Serialize)]
-pub(crate) struct SeqsReport {
+pub struct SeqsReport {
     sequences_open: usize,
     sequences_freed: u64,
     /// Sums over every sequence the engine has had, open or freed.
@@ -68,7 +71,7 @@ struct Inner {
 
 /// The engine's list of its sequences' stats.
 #[derive(Default)]
-pub(crate) struct SeqRegistry {
+pub struct SeqRegistry {
     inner: Mutex<Inner>,
 }
 
@@ -78,7 +81,7 @@ impl SeqRegistry {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A sequence opened under `handle`.
+    /// A sequence opened under `handle` (the embedder's id for it).
     pub fn opened(&self, handle: usize, recorder: Arc<StatsRecorder>) {
         self.lock().open.push((handle, recorder));
     }

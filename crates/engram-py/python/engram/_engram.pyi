@@ -1,0 +1,195 @@
+"""Type stub of the compiled module engram._engram (re-exported by engram)."""
+
+import os
+import pathlib
+from types import TracebackType
+from typing import Any, Literal, Optional, Sequence as Seq, Union
+
+import numpy as np
+import numpy.typing as npt
+
+ROW_DIM: int
+"""Values in a decoded row (256)."""
+
+Format = Literal["f32", "float32", "raw"]
+Backend = Literal["auto", "psync", "uring", "io_uring", "mmap"]
+Phase = Literal["prefill", "decode"]
+TokensLike = Union[Seq[int], npt.NDArray[np.integer[Any]], Any]
+"""A list or tuple of ints, a 1-D integer numpy array, or a CPU tensor."""
+MaskLike = Union[Seq[int], Seq[bool], npt.NDArray[Any], Any]
+"""An attention mask: nonzero / True a real token, 0 / False padding."""
+Buffer = Union[npt.NDArray[Any], bytearray, memoryview, Any]
+"""A writable C-contiguous buffer: numpy array, CPU torch.Tensor, bytearray, memoryview."""
+
+class Error(Exception):
+    """Base of every error raised by engram."""
+
+class IoError(Error):
+    """An operating-system I/O error on a file."""
+    path: Optional[str]
+    errno: Optional[int]
+
+class FormatError(Error):
+    """A malformed model file, layout or tokenizer."""
+    path: Optional[str]
+    field: Optional[str]
+
+class RowReadError(IoError):
+    """A row read that failed at the device."""
+    table: Optional[int]
+    row: Optional[int]
+    offset: Optional[int]
+
+class CorruptRowError(Error):
+    """A row whose bytes do not decode to finite values."""
+    table: Optional[int]
+    row: Optional[int]
+
+class CancelledError(Error):
+    """The prefill, sequence or engine was ended while (or before) the call waited."""
+
+class InvalidArgumentError(Error, ValueError):
+    """A value outside what the call accepts."""
+
+class ArgumentTypeError(Error, TypeError):
+    """An argument of a type the call does not take."""
+
+class StateError(Error, RuntimeError):
+    """A call not allowed in the object's current state."""
+
+class Info:
+    """Facts about an engine."""
+    @property
+    def tables(self) -> int: ...
+    @property
+    def rows_per_token(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def row_dim(self) -> int: ...
+    @property
+    def layer_ids(self) -> list[int]: ...
+    @property
+    def table_rows(self) -> list[int]: ...
+    @property
+    def stored_row_bytes(self) -> list[int]: ...
+    @property
+    def table_files(self) -> list[pathlib.Path]:
+        """The file holding each table's rows."""
+    @property
+    def table_offsets(self) -> list[int]: ...
+    @property
+    def table_split(self) -> list[bool]: ...
+    @property
+    def format(self) -> Literal["f32", "raw"]: ...
+    @property
+    def backend(self) -> Literal["psync", "uring", "mmap"]: ...
+    @property
+    def backend_note(self) -> Optional[str]: ...
+    @property
+    def max_wait_tokens(self) -> int: ...
+    @property
+    def cached(self) -> bool: ...
+
+def open(
+    path: Union[str, os.PathLike[str]],
+    *,
+    backend: Backend = "auto",
+    direct: bool = False,
+    io_depth: int = 64,
+    cache_bytes: int = 0,
+    format: Format = "f32",
+    chunk_tokens: int = 2048,
+    ring_chunks: int = 4,
+    first_chunk_tokens: int = 128,
+    read_batch_tokens: int = 256,
+    overlap_threshold: int = 1024,
+    prefetch: Optional[bool] = None,
+    pipeline: Optional[bool] = None,
+    batch: Optional[bool] = None,
+    lookup_hints: bool = False,
+    workers: int = 4,
+    decode_workers: int = 2,
+    reuse_bytes: Optional[int] = None,
+    prefill_batches_in_flight: int = 1,
+    inject_latency_us: int = 0,
+) -> Engine:
+    """Opens a model (ds4 .gguf or Hugging Face checkpoint directory) and starts an engine.
+
+    prefetch, pipeline and batch left None follow the ENGRAM_PREFETCH,
+    ENGRAM_PIPELINE and ENGRAM_BATCH environment switches (0 off), else on.
+    """
+
+def synth(
+    out: Union[str, os.PathLike[str]],
+    *,
+    preset: str = "deepseek-v4.1-flash",
+    scale: int = 65536,
+    encoding: str = "e4m3_e8m0_32_row264",
+    format: Literal["gguf", "hf"] = "gguf",
+    seed: int = 0,
+) -> pathlib.Path:
+    """Writes a small synthetic model; returns the path open() takes."""
+
+class Engine:
+    """An open model and its prefetch engine; usable from any number of threads."""
+    @property
+    def info(self) -> Info: ...
+    def rows(
+        self, table: int, ids: TokensLike, format: Optional[Format] = None
+    ) -> npt.NDArray[Any]:
+        """Rows read synchronously: (n, 256) float32 or (n, row_bytes) uint8."""
+    def stats(self) -> dict[str, Any]: ...
+    def sequence(self) -> Sequence: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Engine: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+class Sequence:
+    """One sequence of tokens: a prefill, then decode steps."""
+    def row_ids(
+        self, tokens: TokensLike, mask: Optional[MaskLike] = None
+    ) -> npt.NDArray[np.uint32]:
+        """(len(tokens), tables, rows_per_token) row ids, without appending."""
+    def prefill(self, tokens: TokensLike, mask: Optional[MaskLike] = None) -> Prefill: ...
+    def step_begin(self, token: int) -> None: ...
+    def step_wait(self, table: int) -> npt.NDArray[Any]:
+        """(1, rows_per_token, 256) float32 or (1, rows_per_token, row_bytes) uint8."""
+    def step_wait_into(self, table: int, out: Buffer) -> int: ...
+    def hint(self, tokens: TokensLike) -> None: ...
+    def rollback(self, n: int) -> None: ...
+    def stats(self) -> dict[str, Any]: ...
+    def stall(self, phase: Phase) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+    def __len__(self) -> int: ...
+    def __enter__(self) -> Sequence: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+class Prefill:
+    """A prefill in progress; a context manager that ends it."""
+    @property
+    def tokens(self) -> int: ...
+    @property
+    def max_wait_tokens(self) -> int: ...
+    def wait(self, table: int, upto: int) -> npt.NDArray[Any]:
+        """(tokens, rows_per_token, 256) float32 or (tokens, rows_per_token, row_bytes) uint8."""
+    def wait_into(self, table: int, upto: int, out: Buffer) -> int: ...
+    def ready_tokens(self, table: int) -> int: ...
+    def end(self) -> None: ...
+    def __enter__(self) -> Prefill: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...

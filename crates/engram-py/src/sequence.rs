@@ -1,0 +1,323 @@
+//! `engram.Sequence`: a thin class over the core [`engram::prefetch::Sequence`].
+//!
+//! Every call converts its arguments with the GIL held, then releases the
+//! GIL and only then takes the sequence's lock, so a thread blocked in a
+//! wait never holds the GIL and a thread holding the GIL never waits for
+//! the lock while its holder needs the GIL back.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use engram::open::{OpenEngine, SeqRegistry};
+use engram::prefetch::{Prefill as CorePrefill, RowFormat, Sequence as CoreSequence};
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::prelude::*;
+
+use crate::convert::{self, OutBuffer};
+use crate::errors::{invalid, Fail};
+use crate::json::to_python;
+use crate::prefill::Prefill;
+use crate::rows::OwnedRows;
+
+/// A prefill in progress on a sequence.
+pub(crate) struct LivePrefill {
+    /// Which `Prefill` object owns it.
+    pub id: u64,
+    pub prefill: CorePrefill<'static>,
+    /// Per table: the `upto` of the last wait (start of the next rows).
+    pub upto: Vec<u32>,
+}
+
+/// A sequence and its live prefill, behind one lock.
+pub(crate) struct SeqInner {
+    /// Declared before `seq`: ends (cancels and joins) before it drops.
+    pub prefill: Option<LivePrefill>,
+    pub seq: CoreSequence,
+    next_prefill: u64,
+}
+
+/// What every object of one sequence shares.
+pub(crate) struct SeqShared {
+    inner: Mutex<SeqInner>,
+    /// Per table: bytes of one delivered row.
+    pub row_bytes: Vec<usize>,
+    pub rows_per_token: usize,
+    pub format: RowFormat,
+    registry: Arc<SeqRegistry>,
+    id: usize,
+}
+
+impl SeqShared {
+    /// The sequence's state. A panic while it was held is a bug in the
+    /// library: the state may be half-updated, so it is refused.
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, SeqInner>, Fail> {
+        self.inner.lock().map_err(|_| {
+            Fail::State("the sequence is unusable after an internal error (panic); close it".into())
+        })
+    }
+
+    /// Bytes of `tokens` tokens of `table`'s rows, or an error naming the
+    /// table.
+    pub(crate) fn rows_bytes(&self, table: usize, tokens: u32) -> Result<usize, Fail> {
+        let row_bytes = self.row_bytes.get(table).ok_or_else(|| {
+            Fail::Invalid(format!(
+                "table {table} out of range (the model has {})",
+                self.row_bytes.len()
+            ))
+        })?;
+        Ok(tokens as usize * self.rows_per_token * row_bytes)
+    }
+}
+
+impl Drop for SeqShared {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        drop(inner.prefill.take());
+        let stats = inner.seq.stats();
+        self.registry.freed(self.id, stats);
+    }
+}
+
+impl SeqInner {
+    pub(crate) fn no_prefill(&self, what: &str) -> Result<(), Fail> {
+        match &self.prefill {
+            Some(_) => Err(Fail::State(format!(
+                "{what} while a prefill is open on this sequence: end it first (Prefill.end or its with block)"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One sequence of tokens on an engine: a prefill over a prompt, then decode
+/// steps. Calls on one sequence are serialized; use one thread per sequence
+/// for overlap.
+#[pyclass(module = "engram", frozen)]
+pub struct Sequence {
+    /// None once closed.
+    shared: Mutex<Option<Arc<SeqShared>>>,
+}
+
+impl Sequence {
+    pub(crate) fn new(engine: Arc<OpenEngine>) -> PyResult<Sequence> {
+        let seq = engine.engine.sequence();
+        let format = engine.engine.config().format;
+        let shared = Arc::new_cyclic(|weak: &std::sync::Weak<SeqShared>| {
+            // The id names the sequence in the engine's stats report.
+            let id = weak.as_ptr() as usize;
+            engine.seqs.opened(id, seq.stats_recorder());
+            SeqShared {
+                row_bytes: (0..seq.tables())
+                    .map(|t| engine.row_bytes(t, format))
+                    .collect(),
+                rows_per_token: seq.rows_per_token(),
+                format,
+                registry: engine.seqs.clone(),
+                id,
+                inner: Mutex::new(SeqInner {
+                    prefill: None,
+                    seq,
+                    next_prefill: 1,
+                }),
+            }
+        });
+        Ok(Sequence {
+            shared: Mutex::new(Some(shared)),
+        })
+    }
+
+    /// Runs `f` on the sequence's state with the GIL released (the lock is
+    /// taken only after it is).
+    fn locked<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut SeqInner) -> Result<R, Fail> + Send,
+    ) -> PyResult<R> {
+        let shared = self.shared()?;
+        Ok(py.detach(|| f(&mut *shared.lock()?))?)
+    }
+
+    fn shared(&self) -> PyResult<Arc<SeqShared>> {
+        self.shared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| crate::errors::state("the sequence is closed"))
+    }
+}
+
+#[pymethods]
+impl Sequence {
+    /// Row ids that `tokens` (mask: nonzero / True a real token, 0 padding;
+    /// None: all real) would get appended now, without appending them: a
+    /// new uint32 array of shape (len(tokens), tables, rows_per_token).
+    #[pyo3(signature = (tokens, mask = None))]
+    fn row_ids<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: &Bound<'py, PyAny>,
+        mask: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (tokens, mask) = (convert::tokens(tokens, "tokens")?, convert::mask(mask)?);
+        let shared = self.shared()?;
+        let ids = py.detach(|| -> Result<Vec<u32>, Fail> {
+            Ok(shared.lock()?.seq.row_ids(&tokens, mask.as_deref())?)
+        })?;
+        let tables = shared.row_bytes.len();
+        Ok(PyArray1::from_vec(py, ids)
+            .reshape([tokens.len(), tables, shared.rows_per_token])?
+            .into_any())
+    }
+
+    /// Appends `tokens` (mask as in `row_ids`) and starts reading their rows
+    /// ahead of the waits. Returns the Prefill (a context manager that ends
+    /// it); until it ends, decode steps and other prefills are refused with
+    /// StateError.
+    #[pyo3(signature = (tokens, mask = None))]
+    fn prefill(
+        &self,
+        py: Python<'_>,
+        tokens: &Bound<'_, PyAny>,
+        mask: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Prefill> {
+        let (tokens, mask) = (convert::tokens(tokens, "tokens")?, convert::mask(mask)?);
+        let shared = self.shared()?;
+        let id = py.detach(|| -> Result<u64, Fail> {
+            let mut inner = shared.lock()?;
+            if inner.prefill.is_some() {
+                return Err(Fail::State(
+                    "a prefill is still open on this sequence: end it first".into(),
+                ));
+            }
+            let prefill = inner.seq.prefill_detached(&tokens, mask.as_deref())?;
+            let id = inner.next_prefill;
+            inner.next_prefill += 1;
+            inner.prefill = Some(LivePrefill {
+                id,
+                prefill,
+                upto: vec![0; shared.row_bytes.len()],
+            });
+            Ok(id)
+        })?;
+        Ok(Prefill::new(shared, id))
+    }
+
+    /// Appends `token` and issues both tables' reads of its rows without
+    /// blocking (it blocks only while the previous step's reads still run).
+    /// Call as soon as the token is sampled.
+    fn step_begin(&self, py: Python<'_>, token: &Bound<'_, PyAny>) -> PyResult<()> {
+        let token = convert::token(token)?;
+        self.locked(py, |inner| {
+            inner.no_prefill("step_begin")?;
+            Ok(inner.seq.step_begin(token)?)
+        })
+    }
+
+    /// Blocks (GIL released) until the current step's rows of `table` are
+    /// read; returns them as a new array of shape (1, rows_per_token, 256)
+    /// float32 (or (1, rows_per_token, row_bytes) uint8 for raw rows).
+    fn step_wait<'py>(&self, py: Python<'py>, table: usize) -> PyResult<Bound<'py, PyAny>> {
+        let shared = self.shared()?;
+        let rows = py.detach(|| -> Result<OwnedRows, Fail> {
+            shared.rows_bytes(table, 1)?;
+            let mut inner = shared.lock()?;
+            let view = inner.seq.step_wait(table)?;
+            Ok(OwnedRows::copy(&view)?)
+        })?;
+        rows.into_array(py)
+    }
+
+    /// `step_wait`, copying the rows into `out` (a writable C-contiguous
+    /// numpy array, CPU tensor, bytearray or memoryview; float32 or bytes
+    /// for f32 rows, bytes for raw rows), checked before waiting. Returns
+    /// the bytes written.
+    fn step_wait_into(
+        &self,
+        py: Python<'_>,
+        table: usize,
+        out: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let shared = self.shared()?;
+        let need = shared.rows_bytes(table, 1)?;
+        // `_keep` holds the buffer's memory exported until the copy is done.
+        let (mut buffer, _keep) = OutBuffer::of(out, shared.format, need)?;
+        py.detach(|| -> Result<usize, Fail> {
+            let mut inner = shared.lock()?;
+            let view = inner.seq.step_wait(table)?;
+            // SAFETY: `_keep` is alive until this closure has returned.
+            let bytes = unsafe { buffer.bytes() };
+            view.copy_to(&mut bytes[..need])?;
+            Ok(need)
+        })
+        .map_err(PyErr::from)
+    }
+
+    /// Reads, at low priority into the row cache, the rows `tokens` would
+    /// have as the next token (each a separate guess, e.g. draft tokens).
+    /// Nothing waits on hints; useful only with a row cache.
+    fn hint(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+        let tokens = convert::tokens(tokens, "tokens")?;
+        self.locked(py, |inner| Ok(inner.seq.hint(&tokens)?))
+    }
+
+    /// Drops the last `n` tokens (rejected draft tokens).
+    fn rollback(&self, py: Python<'_>, n: usize) -> PyResult<()> {
+        self.locked(py, |inner| {
+            inner.no_prefill("rollback")?;
+            Ok(inner.seq.rollback(n)?)
+        })
+    }
+
+    /// Everything measured on this sequence so far, as a dict (prefill,
+    /// decode, hints; per table waits, stall, rows, reads, bytes, latency).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let json = self.locked(py, |inner| Ok(inner.seq.stats().to_json()))?;
+        to_python(py, &json)
+    }
+
+    /// The stall of `phase` ("prefill" or "decode") as a dict: per table
+    /// waits and time blocked, and `stall_per_token_total` (count, mean,
+    /// p50, p90, p99, max in microseconds).
+    fn stall<'py>(&self, py: Python<'py>, phase: &str) -> PyResult<Bound<'py, PyAny>> {
+        if phase != "prefill" && phase != "decode" {
+            return Err(invalid(format!(
+                "phase {phase:?}: expected \"prefill\" or \"decode\""
+            )));
+        }
+        let stats = self.stats(py)?;
+        stats.get_item(phase)
+    }
+
+    /// Tokens in the sequence so far.
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.locked(py, |inner| Ok(inner.seq.len()))
+    }
+
+    /// Ends the sequence: an open prefill is ended, pending reads are
+    /// cancelled and joined (GIL released). Closing twice is allowed.
+    fn close(&self) {
+        crate::gil::drop_detached(self.shared.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
+    }
+}
+
+impl Drop for Sequence {
+    fn drop(&mut self) {
+        // Garbage collected without close(): join its readers without the
+        // GIL, as close() does.
+        crate::gil::drop_detached(
+            self.shared
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+    }
+}

@@ -1,0 +1,239 @@
+"""Every bad input of the C ABI's bad_use tests, from Python: the right
+exception with the facts, never a crash or a Rust panic."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import engram
+
+VOCAB = 129_280
+
+
+def test_the_hierarchy():
+    for cls in (engram.IoError, engram.FormatError, engram.RowReadError,
+                engram.CorruptRowError, engram.CancelledError,
+                engram.InvalidArgumentError, engram.ArgumentTypeError, engram.StateError):
+        assert issubclass(cls, engram.Error)
+    assert issubclass(engram.RowReadError, engram.IoError)
+    assert issubclass(engram.InvalidArgumentError, ValueError)
+    assert issubclass(engram.ArgumentTypeError, TypeError)
+    assert issubclass(engram.StateError, RuntimeError)
+
+
+def test_tables_out_of_range(engine):
+    seq = engine.sequence()
+    with pytest.raises(engram.InvalidArgumentError, match="table 2 out of range"):
+        engine.rows(2, [0])
+    with seq.prefill([1, 2, 3]) as pf:
+        with pytest.raises(engram.InvalidArgumentError, match="table 9 out of range"):
+            pf.wait(9, 1)
+        with pytest.raises(engram.InvalidArgumentError, match="table 2 out of range"):
+            pf.wait_into(2, 1, np.zeros(24 * 256, np.float32))
+    seq.step_begin(1)
+    with pytest.raises(engram.InvalidArgumentError, match="table 2 out of range"):
+        seq.step_wait(2)
+    with pytest.raises(engram.InvalidArgumentError, match="table 2 out of range"):
+        seq.step_wait_into(2, np.zeros(24 * 256, np.float32))
+    with pytest.raises(engram.InvalidArgumentError, match="row 99999999"):
+        engine.rows(0, [99_999_999])
+
+
+def test_tokens_outside_the_vocabulary_leave_the_sequence_unchanged(engine):
+    seq = engine.sequence()
+    with pytest.raises(engram.InvalidArgumentError, match="outside the vocabulary"):
+        seq.prefill([1, VOCAB, 2])
+    with pytest.raises(engram.InvalidArgumentError, match="outside the vocabulary"):
+        seq.step_begin(VOCAB + 5)
+    with pytest.raises(engram.InvalidArgumentError, match="outside the vocabulary"):
+        seq.hint([2**32 - 1])
+    with pytest.raises(engram.InvalidArgumentError, match="not a token id"):
+        seq.step_begin(-1)
+    with pytest.raises(engram.InvalidArgumentError, match=r"tokens\[1\] is -3"):
+        seq.prefill(np.array([1, -3]))
+    with pytest.raises(engram.InvalidArgumentError, match="not a token id"):
+        seq.row_ids([2**40])
+    assert len(seq) == 0
+    seq.step_begin(7)  # still usable
+    assert len(seq) == 1
+
+
+def test_argument_types(engine):
+    seq = engine.sequence()
+    with pytest.raises(engram.ArgumentTypeError, match="expected integers"):
+        seq.prefill([1.5, 2.0])
+    with pytest.raises(engram.ArgumentTypeError, match="expected integers"):
+        seq.row_ids(["a", "b"])
+    with pytest.raises(engram.InvalidArgumentError, match="1-D"):
+        seq.row_ids(np.zeros((2, 2), np.int64))
+    with pytest.raises(engram.ArgumentTypeError, match="token"):
+        seq.step_begin("7")
+    with pytest.raises(engram.ArgumentTypeError, match="token"):
+        seq.step_begin(True)
+    with pytest.raises(engram.ArgumentTypeError):
+        seq.row_ids([1, 2], mask=[0.5, 1.0])
+    with pytest.raises(engram.InvalidArgumentError, match="mask has 1 entries for 2 tokens"):
+        seq.row_ids([1, 2], mask=[1])
+    with pytest.raises(TypeError):
+        engine.rows("zero", [1])
+    seq.step_begin(np.int64(5))  # numpy scalars are tokens too
+    seq.step_begin(np.array(6, dtype=np.uint32))
+
+
+def test_wrong_state_is_refused_without_consuming(engine):
+    seq = engine.sequence()
+    with pytest.raises(engram.InvalidArgumentError, match="before step_begin"):
+        seq.step_wait(0)
+    pf = seq.prefill(np.arange(16))
+    with pytest.raises(engram.StateError, match="prefill is open"):
+        seq.step_begin(4)
+    with pytest.raises(engram.StateError, match="still open"):
+        seq.prefill([1])
+    pf.wait(1, 8)
+    with pytest.raises(engram.InvalidArgumentError, match="waits advance"):
+        pf.wait(1, 4)
+    with pytest.raises(engram.InvalidArgumentError, match="upto must be in"):
+        pf.wait(0, 17)
+    with pytest.raises(engram.InvalidArgumentError, match="nothing was consumed"):
+        pf.wait_into(1, 16, np.zeros(8 * 24 * 256 - 1, np.float32))
+    assert pf.wait(1, 16).shape == (8, 24, 256)
+    pf.end()
+    with pytest.raises(engram.StateError, match="ended"):
+        pf.wait(0, 1)
+    seq.step_begin(4)
+    with pytest.raises(engram.InvalidArgumentError, match="the rows need 24576"):
+        seq.step_wait_into(0, np.zeros(24 * 256 - 1, np.float32))
+
+
+def test_a_wait_wider_than_the_ring(model):
+    with engram.open(model, chunk_tokens=8, ring_chunks=2, overlap_threshold=0) as e:
+        with e.sequence().prefill(np.arange(40)) as pf:
+            with pytest.raises(engram.InvalidArgumentError, match="the ring holds 16"):
+                pf.wait(0, 17)
+
+
+def test_bad_options(model):
+    with pytest.raises(engram.InvalidArgumentError, match="I/O depth 0"):
+        engram.open(model, io_depth=0)
+    with pytest.raises(engram.InvalidArgumentError, match="backend"):
+        engram.open(model, backend="floppy")
+    with pytest.raises(engram.InvalidArgumentError, match="format"):
+        engram.open(model, format="f16")
+    with pytest.raises(engram.InvalidArgumentError, match="chunk_tokens"):
+        engram.open(model, chunk_tokens=0)
+    with pytest.raises(engram.InvalidArgumentError, match="workers"):
+        engram.open(model, workers=0)
+    with pytest.raises(OverflowError):
+        engram.open(model, io_depth=-1)
+    with pytest.raises(TypeError):
+        engram.open(model, no_such_option=1)
+    with pytest.raises(engram.InvalidArgumentError, match="phase"):
+        with engram.open(model) as e:
+            e.sequence().stall("warmup")
+
+
+def test_missing_and_malformed_models(tmp_path, model):
+    missing = tmp_path / "nonexistent" / "model.gguf"
+    with pytest.raises(engram.IoError) as err:
+        engram.open(missing)
+    assert err.value.path == str(missing)
+    assert err.value.errno == 2
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"GGUF" + bytes(60))
+    with pytest.raises(engram.FormatError) as err:
+        engram.open(garbage)
+    assert err.value.path == str(garbage)
+    assert err.value.field
+
+
+def test_a_truncated_model_file_raises_row_read_error_naming_it(tmp_path, model):
+    path = tmp_path / "model.gguf"
+    shutil.copy(model, path)
+    with engram.open(path, overlap_threshold=0) as e:
+        info = e.info
+        last = info.table_rows[1] - 1
+        # Cut the file inside table 1 after the engine opened it.
+        os.truncate(path, info.table_offsets[1] + 264 * (last // 2))
+        with pytest.raises(engram.RowReadError) as err:
+            e.rows(1, [last])
+        assert err.value.path == str(path)
+        assert err.value.table == 1 and err.value.row == last
+        assert err.value.offset == info.table_offsets[1] + 264 * last
+        assert str(path) in str(err.value)
+
+
+def test_a_corrupt_row_raises_corrupt_row_error(tmp_path, model):
+    path = tmp_path / "model.gguf"
+    shutil.copy(model, path)
+    with engram.open(path) as e:
+        offset = e.info.table_offsets[0] + 264 * 5
+    with open(path, "r+b") as f:
+        f.seek(offset + 3)
+        f.write(b"\x7f")  # an E4M3 NaN code
+    with engram.open(path, overlap_threshold=0) as e:
+        assert e.rows(0, [5], format="raw")[0, 3] == 0x7F
+        with pytest.raises(engram.CorruptRowError) as err:
+            e.rows(0, [4, 5])
+        assert (err.value.table, err.value.row) == (0, 5)
+        seq = e.sequence()
+        ids = seq.row_ids(np.arange(VOCAB - 2000, VOCAB))
+        # A prompt whose rows include row 5 fails its wait with the same facts.
+        hit = np.nonzero((ids[:, 0, :] == 5).any(axis=1))[0]
+        assert len(hit) > 0, "the prompt should reach row 5"
+        with seq.prefill(np.arange(VOCAB - 2000, VOCAB)) as pf:
+            with pytest.raises(engram.CorruptRowError) as err:
+                pf.wait(0, int(hit[0]) + 1)
+            assert (err.value.table, err.value.row) == (0, 5)
+
+
+def test_closing_the_engine_cancels_open_sequences(model):
+    e = engram.open(model)
+    seq = e.sequence()
+    e.close()
+    e.close()  # twice is fine
+    with pytest.raises(engram.CancelledError):
+        seq.step_begin(1)
+    with pytest.raises(engram.StateError, match="closed"):
+        e.sequence()
+    seq.close()
+    with pytest.raises(engram.StateError, match="closed"):
+        seq.step_begin(1)
+
+
+def test_no_bad_input_reaches_a_rust_panic(engine):
+    """Odd values in every argument: each call returns or raises an ordinary
+    exception; a Rust panic would surface as a BaseException that is not an
+    Exception and fail the test."""
+    odd = [None, -1, 0, 2**31, 2**64, 1.5, "x", b"\x00", [], [[1]], [-1], [2**33],
+           np.zeros(0), np.zeros((0, 3)), np.full(3, np.nan), np.array([True]),
+           bytearray(3), memoryview(b"ro"), object()]
+    seq = engine.sequence()
+    calls = [
+        lambda v: engine.rows(0, v),
+        lambda v: engine.rows(v, [1]),
+        lambda v: engine.rows(0, [1], format=v),
+        lambda v: seq.row_ids(v),
+        lambda v: seq.row_ids([1, 2, 3], mask=v),
+        lambda v: seq.hint(v),
+        lambda v: seq.step_begin(v),
+        lambda v: seq.step_wait(v),
+        lambda v: seq.step_wait_into(0, v),
+        lambda v: seq.stall(v),
+        lambda v: seq.rollback(v),
+    ]
+    for call in calls:
+        for value in odd:
+            try:
+                call(value)
+            except Exception:
+                pass  # any ordinary exception is fine; BaseException escapes
+    with seq.prefill([1, 2, 3]) as pf:
+        for value in odd:
+            for call in (lambda v: pf.wait(0, v), lambda v: pf.wait(v, 1),
+                         lambda v: pf.wait_into(0, 3, v), lambda v: pf.ready_tokens(v)):
+                try:
+                    call(value)
+                except Exception:
+                    pass

@@ -1,0 +1,242 @@
+//! Opening an engine from a model path: the model, its row source (with the
+//! row cache in front when asked), the prefetch [`Engine`] and the registry
+//! of its sequences' stats, built in one place for every embedder (the C
+//! ABI, the Python package, the replay harness).
+//!
+//! [`EngineBuilder`] holds the options as typed values; [`EngineBuilder::open`]
+//! validates them once and returns an [`OpenEngine`], which also answers the
+//! questions every embedder asks (bytes of a delivered row, synchronous row
+//! reads in either format, the engine's stats document).
+
+mod registry;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::cache::{CachedSource, RowCache};
+use crate::codec::ROW_DIM;
+use crate::io::fault::{FaultPlan, FaultSource};
+use crate::io::{open_source, Backend, IoConfig, Opened, RowSource};
+use crate::model::Model;
+use crate::prefetch::{Engine, PrefetchConfig, RowFormat};
+use crate::{Error, Result};
+
+pub use registry::{SeqRegistry, SeqsReport};
+
+/// The options of an engine: how rows are read, how they are scheduled and
+/// the row cache budget.
+#[derive(Debug, Clone, Default)]
+pub struct EngineBuilder {
+    /// How the row source reads.
+    pub io: IoConfig,
+    /// How the scheduler prefetches and what format it hands out.
+    pub prefetch: PrefetchConfig,
+    /// Row cache budget in bytes shared by the engine's sequences (0: none).
+    pub cache_bytes: u64,
+    /// Faults to inject below the reads (tests only: latency, errors); the
+    /// source is then always the pread pool.
+    pub faults: Option<FaultPlan>,
+}
+
+impl EngineBuilder {
+    /// The defaults, with the ENGRAM_PREFETCH / ENGRAM_PIPELINE /
+    /// ENGRAM_BATCH environment switches applied to the scheduler options.
+    pub fn from_env() -> EngineBuilder {
+        EngineBuilder {
+            prefetch: PrefetchConfig::from_env(),
+            ..EngineBuilder::default()
+        }
+    }
+
+    /// Checks every option (before anything is opened).
+    pub fn validate(&self) -> Result<()> {
+        self.io.validate()?;
+        self.prefetch.validate()
+    }
+
+    /// Opens the model at `path` (a ds4 `.gguf` file or a Hugging Face
+    /// checkpoint directory) and starts an engine on it.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<OpenEngine> {
+        self.validate()?;
+        self.build(Model::open(path.as_ref())?)
+    }
+
+    /// Starts an engine on an already opened `model`.
+    pub fn build(&self, model: Model) -> Result<OpenEngine> {
+        self.validate()?;
+        let opened = match &self.faults {
+            None => open_source(&model.tables, &self.io)?,
+            Some(plan) => Opened {
+                source: Arc::new(FaultSource::open(&model.tables, &self.io, plan.clone())?),
+                backend: Backend::Psync,
+                note: Some("fault injection: the pread pool over faulty files".into()),
+            },
+        };
+        let (source, cache) = if self.cache_bytes == 0 {
+            (opened.source, None)
+        } else {
+            let row_bytes = (0..opened.source.tables())
+                .map(|t| opened.source.row_bytes(t))
+                .max()
+                .unwrap_or(0);
+            let cache = Arc::new(RowCache::new(self.cache_bytes, row_bytes));
+            let cached = CachedSource::new(opened.source, cache.clone());
+            (Arc::new(cached) as Arc<dyn RowSource>, Some(cache))
+        };
+        let engine = Engine::for_model(&model, source, self.prefetch.clone())?;
+        Ok(OpenEngine {
+            engine,
+            model,
+            backend: opened.backend,
+            note: opened.note,
+            cache,
+            seqs: Arc::default(),
+        })
+    }
+}
+
+/// An engine on an opened model, with what its embedders report about it.
+pub struct OpenEngine {
+    /// The prefetch engine.
+    pub engine: Engine,
+    /// The model it reads.
+    pub model: Model,
+    /// The backend actually used (never [`Backend::Auto`]).
+    pub backend: Backend,
+    /// Why the backend differs from the one asked for, if it does.
+    pub note: Option<String>,
+    /// The row cache, when the engine has one.
+    pub cache: Option<Arc<RowCache>>,
+    /// Stats of the engine's sequences, open and closed.
+    pub seqs: Arc<SeqRegistry>,
+}
+
+impl std::fmt::Debug for OpenEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenEngine")
+            .field("engine", &self.engine)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The row cache's state in [`OpenEngine::stats_json`].
+#[derive(Debug, Clone, Serialize)]
+pub struct CacheReport {
+    /// The byte budget.
+    pub budget_bytes: u64,
+    /// Bytes held now.
+    pub bytes: u64,
+    /// Rows held now.
+    pub rows: usize,
+    /// Lookups served from the cache.
+    pub hits: u64,
+    /// Lookups that went to the source.
+    pub misses: u64,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    source: String,
+    backend: &'static str,
+    backend_note: Option<&'a str>,
+    cache: Option<CacheReport>,
+    #[serde(flatten)]
+    sequences: SeqsReport,
+}
+
+impl OpenEngine {
+    /// Number of tables.
+    pub fn tables(&self) -> usize {
+        self.model.tables.len()
+    }
+
+    /// `table` as an index, or an error naming the range.
+    pub fn check_table(&self, table: usize) -> Result<usize> {
+        let tables = self.tables();
+        if table >= tables {
+            return Err(Error::InvalidArgument(format!(
+                "table {table} out of range (the model has {tables})"
+            )));
+        }
+        Ok(table)
+    }
+
+    /// Bytes of one delivered row of `table` in `format`.
+    pub fn row_bytes(&self, table: usize, format: RowFormat) -> usize {
+        match format {
+            RowFormat::Raw => self.engine.source().row_bytes(table),
+            RowFormat::F32 => ROW_DIM * 4,
+        }
+    }
+
+    /// Reads rows `ids` of `table` synchronously into the front of `out`
+    /// (row `i` at `i * row_bytes`) in `format`, whatever the engine's
+    /// format; f32 values are native-endian. Does not go through the
+    /// prefetch schedule: for checks and tools.
+    pub fn read_rows(
+        &self,
+        table: usize,
+        ids: &[u32],
+        format: RowFormat,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let table = self.check_table(table)?;
+        let need = ids.len() * self.row_bytes(table, format);
+        if out.len() < need {
+            return Err(Error::InvalidArgument(format!(
+                "output buffer of {} bytes; {} rows need {need}",
+                out.len(),
+                ids.len()
+            )));
+        }
+        let source = self.engine.source();
+        match format {
+            RowFormat::Raw => {
+                source.read_rows(table, ids, &mut out[..need])?;
+            }
+            RowFormat::F32 => {
+                let encoding = self.model.table(table)?.encoding;
+                let mut raw = vec![0u8; ids.len() * source.row_bytes(table)];
+                source.read_rows(table, ids, &mut raw)?;
+                let mut values = vec![0f32; ids.len() * ROW_DIM];
+                encoding.decode_rows(&raw, &mut values).map_err(|e| {
+                    let row = ids.get(e.index).map_or(u64::MAX, |&r| u64::from(r));
+                    e.into_error(table, row)
+                })?;
+                for (dst, v) in out[..need].chunks_exact_mut(4).zip(values) {
+                    dst.copy_from_slice(&v.to_ne_bytes());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The row cache's state, when there is one.
+    pub fn cache_report(&self) -> Option<CacheReport> {
+        self.cache.as_ref().map(|c| CacheReport {
+            budget_bytes: c.budget(),
+            bytes: c.bytes(),
+            rows: c.len(),
+            hits: c.hits(),
+            misses: c.misses(),
+        })
+    }
+
+    /// A JSON document of the engine's stats: source, backend (and why it
+    /// fell back), row cache, totals over all its sequences (open and
+    /// closed) per phase and table, each open sequence's stats and the last
+    /// few closed ones'.
+    pub fn stats_json(&self) -> String {
+        let report = Report {
+            source: self.engine.source().name(),
+            backend: self.backend.name(),
+            backend_note: self.note.as_deref(),
+            cache: self.cache_report(),
+            sequences: self.seqs.report(),
+        };
+        serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}
