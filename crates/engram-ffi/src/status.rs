@@ -75,17 +75,18 @@ impl FfiError {
 
 impl From<engram::Error> for FfiError {
     fn from(e: engram::Error) -> FfiError {
-        use engram::Error as E;
-        let status = match &e {
-            E::Io { .. } | E::RowRead { .. } => ENGRAM_IO,
-            E::Format { .. } | E::Layout { .. } | E::Tokenizer { .. } => ENGRAM_FORMAT,
-            E::CorruptRow { .. } => ENGRAM_CORRUPT_ROW,
-            E::InvalidArgument(_) => ENGRAM_INVALID_ARGUMENT,
-            E::Cancelled => ENGRAM_CANCELLED,
+        use engram::ErrorKind as K;
+        // The kind is matched exhaustively: a new kind does not compile
+        // until it is given a status here.
+        let status = match e.kind() {
+            K::Io | K::RowRead => ENGRAM_IO,
+            K::Format | K::Layout | K::Tokenizer => ENGRAM_FORMAT,
+            K::CorruptRow => ENGRAM_CORRUPT_ROW,
+            K::InvalidArgument => ENGRAM_INVALID_ARGUMENT,
+            K::Cancelled => ENGRAM_CANCELLED,
             // A reader task panicked: the same bug class as a panic caught
             // at the boundary.
-            E::Internal(_) => ENGRAM_PANIC,
-            _ => ENGRAM_INTERNAL,
+            K::Internal => ENGRAM_PANIC,
         };
         FfiError::new(status, e.to_string())
     }

@@ -38,10 +38,12 @@ pub(crate) enum Class {
     ArgumentType,
     /// `engram.StateError`: a call not allowed now (a `RuntimeError`).
     State,
+    /// `engram.InternalError`: a bug in the engine (a reader task panicked).
+    Internal,
 }
 
 /// (class, name, bases beyond the package's own, doc).
-const CLASSES: [(Class, &str, &str); 9] = [
+const CLASSES: [(Class, &str, &str); 10] = [
     (Class::Base, "Error", "Base of every error raised by engram."),
     (
         Class::Io,
@@ -82,6 +84,11 @@ const CLASSES: [(Class, &str, &str); 9] = [
         Class::State,
         "StateError",
         "A call not allowed in the object's current state, e.g. a decode step while a prefill is open (also a RuntimeError).",
+    ),
+    (
+        Class::Internal,
+        "InternalError",
+        "A bug in the engine: a reader task panicked. The prefill or sequence it hit answers this error from then on instead of waiting.",
     ),
 ];
 
@@ -190,6 +197,7 @@ pub(crate) fn to_py(e: Error) -> PyErr {
         ErrorKind::CorruptRow => Class::CorruptRow,
         ErrorKind::InvalidArgument => Class::InvalidArgument,
         ErrorKind::Cancelled => Class::Cancelled,
+        ErrorKind::Internal => Class::Internal,
     };
     // The facts: only variants that carry some (the enum is
     // non_exhaustive outside its crate, so the rest falls through).

@@ -138,6 +138,8 @@ pub enum ErrorKind {
     InvalidArgument,
     /// [`Error::Cancelled`].
     Cancelled,
+    /// [`Error::Internal`].
+    Internal,
 }
 
 impl Error {
@@ -154,6 +156,7 @@ impl Error {
             Error::RowRead { .. } => ErrorKind::RowRead,
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
             Error::Cancelled => ErrorKind::Cancelled,
+            Error::Internal(_) => ErrorKind::Internal,
         }
     }
 }

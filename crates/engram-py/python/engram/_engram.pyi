@@ -57,6 +57,9 @@ class ArgumentTypeError(Error, TypeError):
 class StateError(Error, RuntimeError):
     """A call not allowed in the object's current state."""
 
+class InternalError(Error):
+    """A bug in the engine: a reader task panicked; the prefill or sequence it hit answers this error from then on."""
+
 class Info:
     """Facts about an engine."""
     @property
