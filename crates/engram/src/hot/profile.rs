@@ -101,6 +101,13 @@ impl Counts {
         self.tables.get(table).map_or(0, |t| t.get(row))
     }
 
+    /// Distinct rows of `table` looked up at least once.
+    pub fn distinct(&self, table: usize) -> u64 {
+        self.tables
+            .get(table)
+            .map_or(0, |t| t.dense.iter().filter(|&&c| c > 0).count() as u64)
+    }
+
     /// Tokens counted.
     pub fn tokens(&self) -> u64 {
         self.tokens
