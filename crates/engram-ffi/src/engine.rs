@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use engram::cache::{CachedSource, RowCache};
 use engram::codec::ROW_DIM;
+use engram::hot::HotConfig;
 use engram::io::{open_source, Backend, RowSource};
 use engram::model::Model;
 use engram::prefetch::{Engine, RowFormat};
@@ -74,7 +75,7 @@ pub(crate) struct EngineObj {
 }
 
 impl EngineObj {
-    fn open(path: PathBuf, options: &engram_options) -> FfiResult<EngineObj> {
+    fn open(path: PathBuf, options: &engram_options, hot: &HotConfig) -> FfiResult<EngineObj> {
         let (io, config, cache_bytes) = options.configs()?;
         let model = Model::open(&path)?;
         let opened = open_source(&model.tables, &io)?;
@@ -89,6 +90,9 @@ impl EngineObj {
             let cached = CachedSource::new(opened.source, cache.clone());
             (Arc::new(cached) as Arc<dyn RowSource>, Some(cache))
         };
+        // The hot tier goes in front of the row cache: hot rows never
+        // reach it, so its budget goes to the rest.
+        let (source, _) = engram::hot::layer(&model, source, hot)?;
         let engine = Engine::for_model(&model, source, config)?;
         Ok(EngineObj {
             engine,
@@ -221,13 +225,13 @@ fn backend_code(backend: Backend) -> u32 {
 }
 
 #[cfg(unix)]
-fn path_of(path: &std::ffi::CStr) -> FfiResult<PathBuf> {
+pub(crate) fn path_of(path: &std::ffi::CStr) -> FfiResult<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     Ok(PathBuf::from(std::ffi::OsStr::from_bytes(path.to_bytes())))
 }
 
 #[cfg(not(unix))]
-fn path_of(path: &std::ffi::CStr) -> FfiResult<PathBuf> {
+pub(crate) fn path_of(path: &std::ffi::CStr) -> FfiResult<PathBuf> {
     path.to_str()
         .map(PathBuf::from)
         .map_err(|_| FfiError::invalid("path is not UTF-8"))
@@ -245,7 +249,9 @@ pub(crate) fn engine_of(engine: *mut engram_engine) -> FfiResult<Arc<EngineObj>>
 ///
 /// # Safety
 /// `path` is NULL or a NUL-terminated string; `options` is NULL or points
-/// at `options->struct_size` readable bytes; `engine` is NULL or writable.
+/// at `options->struct_size` readable bytes, whose `hot_path` (if the size
+/// covers it) is NULL or a NUL-terminated string; `engine` is NULL or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn engram_open(
     path: *const c_char,
@@ -263,7 +269,9 @@ pub unsafe extern "C" fn engram_open(
             // SAFETY: forwarded from the caller's contract.
             unsafe { engram_options::read(options) }?
         };
-        let obj = Arc::new(EngineObj::open(path, &options)?);
+        // SAFETY: `hot_path` is NULL or a string, per the caller's contract.
+        let hot = unsafe { options.hot() }?;
+        let obj = Arc::new(EngineObj::open(path, &options, &hot)?);
         let handle = handles::fresh();
         // SAFETY: forwarded from the caller's contract.
         unsafe { handles::hand_out(engine, "engine", handle, obj) }
