@@ -80,9 +80,9 @@ pub fn run(args: &Args) -> Result<()> {
         .iter()
         .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
         .sum();
-    let threads = args.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
-    });
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let bar = crate::progress::Bar::new("tokenize + count", args.quiet || args.json);
     bar.start(total);
     let started = Instant::now();

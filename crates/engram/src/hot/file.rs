@@ -274,7 +274,12 @@ fn check_ids(path: &Path, table: usize, ids: &[u32], table_rows: u64) -> Result<
         return Err(Error::format(
             path,
             format!("table {table} row ids"),
-            format!("not increasing at index {} ({} then {})", i + 1, ids[i], ids[i + 1]),
+            format!(
+                "not increasing at index {} ({} then {})",
+                i + 1,
+                ids[i],
+                ids[i + 1]
+            ),
         ));
     }
     if let Some(&last) = ids.last() {

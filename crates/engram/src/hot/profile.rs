@@ -205,9 +205,8 @@ pub fn count_corpus(
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let threads = options.threads.max(1);
-    let (tx, rx) = crossbeam_channel::bounded::<(usize, Result<Option<(Vec<u32>, u64)>>)>(
-        threads * 2,
-    );
+    let (tx, rx) =
+        crossbeam_channel::bounded::<(usize, Result<Option<(Vec<u32>, u64)>>)>(threads * 2);
     std::thread::scope(|scope| {
         for _ in 0..threads {
             let tx = tx.clone();
