@@ -84,10 +84,7 @@ pub fn run_bench(
         seed: config.seed,
     };
     let hot = match &config.hot {
-        Some(path) => {
-            progress("hot set load");
-            Some(Arc::new(HotSet::load(path, model, false)?))
-        }
+        Some(path) => Some(Arc::new(HotSet::load(path, model, false)?)),
         None => None,
     };
     let setup = ScheduleSetup {

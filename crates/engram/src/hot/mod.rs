@@ -81,7 +81,9 @@ impl HotTable {
     #[inline]
     pub fn get(&self, row: u32) -> Option<&[u8]> {
         let b = (u64::from(row) >> self.shift) as usize;
-        let (lo, hi) = (*self.starts.get(b)? as usize, self.starts[b + 1] as usize);
+        // Rows past the table fall past the last bucket: not hot.
+        let hi = *self.starts.get(b + 1)? as usize;
+        let lo = self.starts[b] as usize;
         let i = lo + self.ids[lo..hi].binary_search(&row).ok()?;
         Some(&self.rows[i * self.row_bytes..(i + 1) * self.row_bytes])
     }
@@ -291,4 +293,46 @@ pub fn layer(
     };
     let hot = Arc::new(HotSet::load(path, model, config.mlock)?);
     Ok((Arc::new(HotSource::new(source, hot.clone())?), Some(hot)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucketed_lookup_agrees_with_binary_search() {
+        // Ids spread like hashed rows, plus the table's edges.
+        for (n, table_rows) in [
+            (0usize, 10u64),
+            (1, 1),
+            (5, 7),
+            (1000, 5_000),
+            (4096, 1 << 32),
+        ] {
+            let mut ids: Vec<u32> = (0..n as u64)
+                .map(|i| ((i * 2_654_435_761) % table_rows) as u32)
+                .collect();
+            if n > 1 {
+                ids.push((table_rows - 1) as u32);
+                ids.push(0);
+            }
+            ids.sort_unstable();
+            ids.dedup();
+            let rows: Vec<u8> = ids
+                .iter()
+                .flat_map(|&id| [id as u8, (id >> 8) as u8])
+                .collect();
+            let table = HotTable::new(ids.clone(), rows, 2, table_rows);
+            let probes = ids
+                .iter()
+                .flat_map(|&id| [id, id.wrapping_add(1), id.wrapping_sub(1)])
+                .chain([0, u32::MAX, (table_rows - 1) as u32]);
+            for row in probes {
+                assert_eq!(table.get(row), table.get_by_binary_search(row), "row {row}");
+            }
+            for &id in &ids {
+                assert_eq!(table.get(id), Some(&[id as u8, (id >> 8) as u8][..]));
+            }
+        }
+    }
 }
