@@ -77,6 +77,32 @@ impl HotTable {
         }
     }
 
+    /// A table of hot `ids` (strictly increasing, all below `table_rows`)
+    /// and their `rows` (`row_bytes` each, in id order), for callers that
+    /// build a hot set in memory (benchmarks, tools).
+    pub fn from_rows(
+        ids: Vec<u32>,
+        rows: Vec<u8>,
+        row_bytes: usize,
+        table_rows: u64,
+    ) -> Result<HotTable> {
+        if ids.windows(2).any(|w| w[0] >= w[1])
+            || ids.last().is_some_and(|&r| u64::from(r) >= table_rows)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "hot row ids must be increasing and below the table's {table_rows} rows"
+            )));
+        }
+        if rows.len() != ids.len() * row_bytes {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes of hot rows for {} ids of {row_bytes} bytes",
+                rows.len(),
+                ids.len()
+            )));
+        }
+        Ok(HotTable::new(ids, rows, row_bytes, table_rows))
+    }
+
     /// The bytes of `row`, if it is hot.
     #[inline]
     pub fn get(&self, row: u32) -> Option<&[u8]> {
