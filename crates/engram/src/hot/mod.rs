@@ -305,6 +305,9 @@ impl HotSet {
     }
 }
 
+/// A source with the hot tier in front, and the hot set (`None` without one).
+pub type Layered = (Arc<dyn RowSource>, Option<Arc<HotSet>>);
+
 /// Puts the hot tier of `config` in front of `source` (a model's storage,
 /// or its row cache): loads and checks the file, verifies sampled rows
 /// against `source`, and returns the decorated source with the set. With
@@ -313,7 +316,7 @@ pub fn layer(
     model: &Model,
     source: Arc<dyn RowSource>,
     config: &HotConfig,
-) -> Result<(Arc<dyn RowSource>, Option<Arc<HotSet>>)> {
+) -> Result<Layered> {
     let Some(path) = &config.path else {
         return Ok((source, None));
     };
