@@ -104,15 +104,20 @@ fn count(layout: &Layout, files: &[PathBuf], threads: usize) -> profile::CorpusC
     profile::count_corpus(layout, files, &options, &NoProgress).unwrap()
 }
 
+/// The model's tables through the default backend.
+fn storage(model: &Model) -> Arc<dyn RowSource> {
+    open_source(&model.tables, &IoConfig::default())
+        .unwrap()
+        .source
+}
+
 /// Profiles `files` on `model` and writes `hot_rows` rows per table to `out`.
 fn make_hot(model: &Model, files: &[PathBuf], hot_rows: usize, out: &Path) {
     let counted = count(&model.layout, files, 2);
     let ids = (0..model.tables.len())
         .map(|t| counted.counts.top(t, hot_rows))
         .collect();
-    let source = open_source(&model.tables, &IoConfig::default())
-        .unwrap()
-        .source;
+    let source = storage(model);
     profile::write_hot_file(
         out,
         model,
@@ -246,14 +251,9 @@ fn rows_are_bit_identical_with_and_without_the_hot_tier() {
         let out = dir.path().join("m.hot");
         make_hot(&model, &files, 800, &out);
         let tokens = prompt_tokens();
-        let storage = || {
-            open_source(&model.tables, &IoConfig::default())
-                .unwrap()
-                .source
-        };
         let cached = || -> Arc<dyn RowSource> {
             let cache = Arc::new(RowCache::new(1 << 20, 264));
-            Arc::new(CachedSource::new(storage(), cache))
+            Arc::new(CachedSource::new(storage(&model), cache))
         };
         let config = HotConfig {
             path: Some(out.clone()),
@@ -261,9 +261,17 @@ fn rows_are_bit_identical_with_and_without_the_hot_tier() {
         };
         for format in [RowFormat::Raw, RowFormat::F32] {
             for with_cache in [false, true] {
-                let base = if with_cache { cached() } else { storage() };
+                let base = if with_cache {
+                    cached()
+                } else {
+                    storage(&model)
+                };
                 let (want, plain) = run(&model, base, format, &tokens);
-                let base = if with_cache { cached() } else { storage() };
+                let base = if with_cache {
+                    cached()
+                } else {
+                    storage(&model)
+                };
                 let (source, set) = hot::layer(&model, base, &config).unwrap();
                 assert!(set.is_some() && source.name().starts_with("hot("));
                 let (got, stats) = run(&model, source, format, &tokens);
@@ -296,9 +304,7 @@ fn refused(model: &Model, good: &Path, name: &str, mutate: impl Fn(&mut Vec<u8>)
         path: Some(path.clone()),
         mlock: false,
     };
-    let storage = open_source(&model.tables, &IoConfig::default())
-        .unwrap()
-        .source;
+    let storage = storage(model);
     let err = hot::layer(model, storage.clone(), &config)
         .err()
         .unwrap_or_else(|| panic!("{name} was accepted"))
@@ -377,11 +383,11 @@ fn bad_hot_files_are_refused_with_a_clear_error() {
         assert!(err.contains("layout digest"), "{err}");
         // Same layout and sizes, other rows: caught by the sampled rows.
         let twin = write_model(dir.path(), "twin.gguf", SCALE, 4);
-        let storage = open_source(&twin.tables, &IoConfig::default())
-            .unwrap()
-            .source;
         let set = Arc::new(HotSet::load(&good, &twin, false).unwrap());
-        let err = HotSource::new(storage, set).err().unwrap().to_string();
+        let err = HotSource::new(storage(&twin), set)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("hot bytes differ"), "{err}");
     });
 }

@@ -312,11 +312,7 @@ pub type Layered = (Arc<dyn RowSource>, Option<Arc<HotSet>>);
 /// or its row cache): loads and checks the file, verifies sampled rows
 /// against `source`, and returns the decorated source with the set. With
 /// no path, returns `source` unchanged.
-pub fn layer(
-    model: &Model,
-    source: Arc<dyn RowSource>,
-    config: &HotConfig,
-) -> Result<Layered> {
+pub fn layer(model: &Model, source: Arc<dyn RowSource>, config: &HotConfig) -> Result<Layered> {
     let Some(path) = &config.path else {
         return Ok((source, None));
     };
