@@ -43,8 +43,13 @@ impl TableCounts {
     #[inline]
     fn add(&mut self, row: u32) {
         let c = &mut self.dense[row as usize];
-        if *c < u16::MAX {
+        if *c < u16::MAX - 1 {
             *c += 1;
+        } else if *c == u16::MAX - 1 {
+            // Saturating: from here on the exact count lives in the map,
+            // so a row that ends at exactly u16::MAX is found there too.
+            *c = u16::MAX;
+            self.overflow.insert(row, u64::from(u16::MAX));
         } else {
             *self.overflow.entry(row).or_insert(u64::from(u16::MAX)) += 1;
         }
@@ -332,4 +337,28 @@ pub fn write_hot_file(
         profile,
     };
     file::write(path, &header, &tables)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_saturate_into_the_map_exactly_and_rank_first() {
+        let layout = crate::layout::preset("deepseek-v4.1-flash", 65536).unwrap();
+        let mut counts = Counts::new(&layout);
+        let table = &mut counts.tables[0];
+        let max = u64::from(u16::MAX);
+        // Rows ending just below, at, and past the saturation point.
+        for (row, n) in [(10u32, max - 1), (11, max), (12, max + 5), (13, 3), (14, 3)] {
+            (0..n).for_each(|_| table.add(row));
+        }
+        for (row, n) in [(10u32, max - 1), (11, max), (12, max + 5), (13, 3), (0, 0)] {
+            assert_eq!(counts.count(0, row), n, "row {row}");
+        }
+        assert_eq!(counts.top(0, 2), vec![11, 12]);
+        assert_eq!(counts.top(0, 4), vec![10, 11, 12, 13]);
+        assert_eq!(counts.top(0, 9), vec![10, 11, 12, 13, 14]);
+        assert_eq!(counts.distinct(0), 5);
+    }
 }
