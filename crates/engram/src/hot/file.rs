@@ -20,14 +20,16 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::Arc;
+
+use memmap2::{Advice, Mmap, MmapOptions};
 
 use serde::{Deserialize, Serialize};
 
 use super::identity::ModelIdentity;
-use crate::io::cachectl;
 use crate::model::output::TempFile;
 use crate::{Error, Result};
 
@@ -45,9 +47,9 @@ const TRAILER: usize = 16;
 const MAX_HEADER: usize = 1 << 20;
 /// The data start is aligned to this.
 const DATA_ALIGN: usize = 64;
-/// Bytes per read while loading: large enough that syscalls cost nothing
-/// next to the device, small enough that the checksum runs close behind.
-const LOAD_CHUNK: usize = 8 << 20;
+/// Bytes per checksum task while loading: large enough that the kernel
+/// reads ahead in big runs, small enough to spread over threads evenly.
+const LOAD_CHUNK: usize = 4 << 20;
 
 /// How a hot set was profiled (informational).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +73,7 @@ pub(crate) struct Header {
     pub profile: ProfileInfo,
 }
 
-/// One table's hot rows as loaded or about to be written.
+/// One table's hot rows about to be written.
 pub(crate) struct TableData {
     pub ids: Vec<u32>,
     pub rows: Vec<u8>,
@@ -209,30 +211,43 @@ pub(crate) fn open(path: &Path) -> Result<Opened> {
     })
 }
 
-/// Reads the tables' sections front to back (one sequential pass, reads
-/// on a helper thread while this one checksums what has arrived), then the
-/// trailer, and checks both checksums and the ids.
-pub(crate) fn load(path: &Path, opened: &Opened) -> Result<Vec<TableData>> {
+/// Maps the file read-only, populated (one sequential read), checks both
+/// checksums ([`read_and_checksum`]) and the ids, and returns per table the
+/// ids and where its rows lie in the mapping.
+///
+/// The rows are served from the mapping: the page cache holds them once,
+/// and loading costs what reading the file costs (copying 2 GiB into fresh
+/// anonymous memory measured 0.6x of `dd`: half a million page faults and
+/// zeroing). Hot files are replaced by rename, never rewritten in place, so
+/// a mapped file does not change under the engine.
+pub(crate) fn load(
+    path: &Path,
+    opened: &Opened,
+) -> Result<(Arc<Mmap>, Vec<(Vec<u32>, Range<usize>)>)> {
     let header = &opened.header;
-    let _ = cachectl::advise_sequential(&opened.file);
-    let mut id_bytes: Vec<Vec<u8>> = Vec::new();
-    let mut rows: Vec<Vec<u8>> = Vec::new();
-    for (&n, table) in header.hot_rows.iter().zip(&header.model.tables) {
-        // Sizes were checked against the file's length in `open`.
-        id_bytes.push(vec![0u8; n as usize * 4]);
-        rows.push(vec![0u8; n as usize * table.row_bytes as usize]);
-    }
-    let mut sections: Vec<&mut [u8]> = Vec::new();
-    for (ids, r) in id_bytes.iter_mut().zip(rows.iter_mut()) {
-        sections.push(ids.as_mut_slice());
-        sections.push(r.as_mut_slice());
-    }
-    let data_crc = read_and_checksum(path, &opened.file, opened.prefix.len() as u64, sections)?;
-    let mut trailer = [0u8; TRAILER];
-    opened
-        .file
-        .read_exact_at(&mut trailer, opened.file_bytes - TRAILER as u64)
+    // SAFETY: a read-only private mapping the library never writes; the
+    // file is not modified in place while mapped (see above), and every
+    // access below is inside `map.len()`, checked against the header.
+    // Populated (MAP_POPULATE on Linux): the kernel reads the file in one
+    // sequential sweep at map time, measured as fast as `dd`; faulting the
+    // pages in by touching them measured half that.
+    let map = unsafe { MmapOptions::new().populate().map(&opened.file) }
         .map_err(|e| Error::io(path, e))?;
+    if map.len() as u64 != opened.file_bytes {
+        return Err(Error::format(
+            path,
+            "size",
+            format!(
+                "changed from {} to {} bytes while opening",
+                opened.file_bytes,
+                map.len()
+            ),
+        ));
+    }
+    let _ = map.advise(Advice::Sequential);
+    let data = opened.prefix.len()..map.len() - TRAILER;
+    let data_crc = read_and_checksum(&map[data.clone()]);
+    let trailer = &map[map.len() - TRAILER..];
     let bad = |field: &str, reason: String| Error::format(path, field, reason);
     if &trailer[..8] != TRAILER_MAGIC {
         return Err(bad(
@@ -255,16 +270,21 @@ pub(crate) fn load(path: &Path, opened: &Opened) -> Result<Vec<TableData>> {
             format!("stored {stored_data:08x}, computed {data_crc:08x} (corrupted)"),
         ));
     }
-    let mut tables = Vec::with_capacity(rows.len());
-    for (t, (bytes, r)) in id_bytes.into_iter().zip(rows).enumerate() {
-        let ids: Vec<u32> = bytes
+    let mut tables = Vec::with_capacity(header.hot_rows.len());
+    let mut at = data.start;
+    for (t, (&n, table)) in header.hot_rows.iter().zip(&header.model.tables).enumerate() {
+        // Sizes were checked against the file's length in `open`.
+        let id_end = at + n as usize * 4;
+        let ids: Vec<u32> = map[at..id_end]
             .chunks_exact(4)
             .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
             .collect();
-        check_ids(path, t, &ids, header.model.tables[t].rows)?;
-        tables.push(TableData { ids, rows: r });
+        check_ids(path, t, &ids, table.rows)?;
+        let rows_end = id_end + n as usize * table.row_bytes as usize;
+        tables.push((ids, id_end..rows_end));
+        at = rows_end;
     }
-    Ok(tables)
+    Ok((Arc::new(map), tables))
 }
 
 /// Row ids must be strictly increasing (sorted, no repeats) and inside the
@@ -294,37 +314,39 @@ fn check_ids(path: &Path, table: usize, ids: &[u32], table_rows: u64) -> Result<
     Ok(())
 }
 
-/// Fills `sections` (in file order, from `offset`) with reads of
-/// [`LOAD_CHUNK`] on a reader thread, and returns the CRC-32 of what was
-/// read, computed here as chunks arrive, so checking costs no extra pass.
-fn read_and_checksum(
-    path: &Path,
-    file: &File,
-    offset: u64,
-    sections: Vec<&mut [u8]>,
-) -> Result<u32> {
-    let (tx, rx) = mpsc::channel::<std::io::Result<&[u8]>>();
-    std::thread::scope(|scope| {
-        scope.spawn(move || {
-            let mut at = offset;
-            for chunk in sections.into_iter().flat_map(|s| s.chunks_mut(LOAD_CHUNK)) {
-                let len = chunk.len() as u64;
-                let message = match file.read_exact_at(chunk, at) {
-                    Ok(()) => Ok(&*chunk),
-                    Err(e) => Err(e),
-                };
-                at += len;
-                let failed = message.is_err();
-                // A closed channel means the checksum side gave up: stop.
-                if tx.send(message).is_err() || failed {
-                    return;
-                }
-            }
-        });
-        let mut crc = crc32fast::Hasher::new();
-        for chunk in rx {
-            crc.update(chunk.map_err(|e| Error::io(path, e))?);
-        }
-        Ok(crc.finalize())
-    })
+/// CRC-32 of `data`, computed by a few threads over interleaved chunks
+/// (chunk `i` on thread `i % n`, so together they sweep the file front to
+/// back where the pages still have to be read in), the chunk CRCs
+/// combined in order.
+fn read_and_checksum(data: &[u8]) -> u32 {
+    let threads = std::thread::available_parallelism()
+        .map_or(2, std::num::NonZero::get)
+        .clamp(2, 8);
+    let chunks: Vec<&[u8]> = data.chunks(LOAD_CHUNK).collect();
+    let mut crcs: Vec<(usize, u32)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                let chunks = &chunks;
+                scope.spawn(move || {
+                    (k..chunks.len())
+                        .step_by(threads)
+                        .map(|i| (i, crc32fast::hash(chunks[i])))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    crcs.sort_unstable_by_key(|&(i, _)| i);
+    let mut total = crc32fast::Hasher::new();
+    for (i, crc) in crcs {
+        total.combine(&crc32fast::Hasher::new_with_initial_len(
+            crc,
+            chunks[i].len() as u64,
+        ));
+    }
+    total.finalize()
 }

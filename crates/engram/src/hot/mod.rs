@@ -39,11 +39,34 @@ pub struct HotConfig {
     pub mlock: bool,
 }
 
+/// Where a table's hot row bytes live: built in memory, or in the mapped
+/// hot-row file.
+enum RowBytes {
+    Owned(Vec<u8>),
+    Mapped(Arc<memmap2::Mmap>, std::ops::Range<usize>),
+}
+
+impl RowBytes {
+    #[inline]
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            RowBytes::Owned(v) => v,
+            RowBytes::Mapped(map, range) => &map[range.clone()],
+        }
+    }
+}
+
+impl std::fmt::Debug for RowBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes of rows", self.as_slice().len())
+    }
+}
+
 /// One table's hot rows: sorted ids, their bytes, and a bucket index.
 #[derive(Debug)]
 pub struct HotTable {
     ids: Vec<u32>,
-    rows: Vec<u8>,
+    rows: RowBytes,
     row_bytes: usize,
     /// Bucket `b` (ids whose top bits are `b`) is `ids[starts[b]..starts[b + 1]]`.
     starts: Vec<u32>,
@@ -53,7 +76,7 @@ pub struct HotTable {
 impl HotTable {
     /// A table of `ids` (strictly increasing, all below `table_rows`) and
     /// their `rows`, `row_bytes` each.
-    fn new(ids: Vec<u32>, rows: Vec<u8>, row_bytes: usize, table_rows: u64) -> HotTable {
+    fn new(ids: Vec<u32>, rows: RowBytes, row_bytes: usize, table_rows: u64) -> HotTable {
         // About two ids per bucket: a lookup is one index load and a
         // search of a cache line, where a plain binary search over 4M ids
         // walks 22 levels, most of them cache misses (see benches/hot.rs).
@@ -100,7 +123,12 @@ impl HotTable {
                 ids.len()
             )));
         }
-        Ok(HotTable::new(ids, rows, row_bytes, table_rows))
+        Ok(HotTable::new(
+            ids,
+            RowBytes::Owned(rows),
+            row_bytes,
+            table_rows,
+        ))
     }
 
     /// The bytes of `row`, if it is hot.
@@ -111,14 +139,14 @@ impl HotTable {
         let hi = *self.starts.get(b + 1)? as usize;
         let lo = self.starts[b] as usize;
         let i = lo + self.ids[lo..hi].binary_search(&row).ok()?;
-        Some(&self.rows[i * self.row_bytes..(i + 1) * self.row_bytes])
+        Some(&self.rows.as_slice()[i * self.row_bytes..(i + 1) * self.row_bytes])
     }
 
     /// The bytes of `row` found by a binary search over all ids (the
     /// baseline [`HotTable::get`] is measured against).
     pub fn get_by_binary_search(&self, row: u32) -> Option<&[u8]> {
         let i = self.ids.binary_search(&row).ok()?;
-        Some(&self.rows[i * self.row_bytes..(i + 1) * self.row_bytes])
+        Some(&self.rows.as_slice()[i * self.row_bytes..(i + 1) * self.row_bytes])
     }
 
     /// The hot row ids, increasing.
@@ -143,7 +171,7 @@ impl HotTable {
 
     /// Memory held: ids, rows and index.
     pub fn bytes(&self) -> u64 {
-        (self.ids.len() * 4 + self.rows.len() + self.starts.len() * 4) as u64
+        (self.ids.len() * 4 + self.rows.as_slice().len() + self.starts.len() * 4) as u64
     }
 }
 
@@ -179,11 +207,14 @@ impl HotSet {
                 ),
             ));
         }
-        let data = file::load(path, &opened)?;
+        let (map, data) = file::load(path, &opened)?;
         let tables: Vec<HotTable> = data
             .into_iter()
             .zip(&opened.header.model.tables)
-            .map(|(d, t)| HotTable::new(d.ids, d.rows, t.row_bytes as usize, t.rows))
+            .map(|((ids, rows), t)| {
+                let rows = RowBytes::Mapped(map.clone(), rows);
+                HotTable::new(ids, rows, t.row_bytes as usize, t.rows)
+            })
             .collect();
         let mut set = HotSet {
             tables,
@@ -205,7 +236,7 @@ impl HotSet {
         for t in &self.tables {
             for (ptr, len) in [
                 (t.ids.as_ptr().cast::<u8>(), t.ids.len() * 4),
-                (t.rows.as_ptr(), t.rows.len()),
+                (t.rows.as_slice().as_ptr(), t.rows.as_slice().len()),
                 (t.starts.as_ptr().cast::<u8>(), t.starts.len() * 4),
             ] {
                 if len == 0 {
@@ -347,7 +378,7 @@ mod tests {
                 .iter()
                 .flat_map(|&id| [id as u8, (id >> 8) as u8])
                 .collect();
-            let table = HotTable::new(ids.clone(), rows, 2, table_rows);
+            let table = HotTable::from_rows(ids.clone(), rows, 2, table_rows).unwrap();
             let probes = ids
                 .iter()
                 .flat_map(|&id| [id, id.wrapping_add(1), id.wrapping_sub(1)])
