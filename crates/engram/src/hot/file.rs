@@ -211,6 +211,9 @@ pub(crate) fn open(path: &Path) -> Result<Opened> {
     })
 }
 
+/// One loaded table: its hot row ids and where their bytes lie in the map.
+pub(crate) type TableRows = (Vec<u32>, Range<usize>);
+
 /// Maps the file read-only, populated (one sequential read), checks both
 /// checksums ([`read_and_checksum`]) and the ids, and returns per table the
 /// ids and where its rows lie in the mapping.
@@ -220,10 +223,7 @@ pub(crate) fn open(path: &Path) -> Result<Opened> {
 /// anonymous memory measured 0.6x of `dd`: half a million page faults and
 /// zeroing). Hot files are replaced by rename, never rewritten in place, so
 /// a mapped file does not change under the engine.
-pub(crate) fn load(
-    path: &Path,
-    opened: &Opened,
-) -> Result<(Arc<Mmap>, Vec<(Vec<u32>, Range<usize>)>)> {
+pub(crate) fn load(path: &Path, opened: &Opened) -> Result<(Arc<Mmap>, Vec<TableRows>)> {
     let header = &opened.header;
     // SAFETY: a read-only private mapping the library never writes; the
     // file is not modified in place while mapped (see above), and every
