@@ -129,6 +129,17 @@ fn make_hot(model: &Model, files: &[PathBuf], hot_rows: usize, out: &Path) {
     .unwrap();
 }
 
+/// A model, the corpus, and a hot file of `hot_rows` rows per table made
+/// from them, in a temporary directory.
+fn fixture(hot_rows: usize) -> (tempfile::TempDir, Model, Vec<PathBuf>, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path(), "m.gguf", SCALE, 3);
+    let files = corpus(dir.path());
+    let out = dir.path().join("m.hot");
+    make_hot(&model, &files, hot_rows, &out);
+    (dir, model, files, out)
+}
+
 #[test]
 fn profile_matches_a_direct_count_and_the_file_holds_the_model_rows() {
     within(LIMIT, || {
@@ -245,11 +256,7 @@ fn bytes_of(view: &engram::prefetch::RowsView<'_>) -> Vec<u8> {
 #[test]
 fn rows_are_bit_identical_with_and_without_the_hot_tier() {
     within(LIMIT, || {
-        let dir = tempfile::tempdir().unwrap();
-        let model = write_model(dir.path(), "m.gguf", SCALE, 3);
-        let files = corpus(dir.path());
-        let out = dir.path().join("m.hot");
-        make_hot(&model, &files, 800, &out);
+        let (_dir, model, _, out) = fixture(800);
         let tokens = prompt_tokens();
         let cached = || -> Arc<dyn RowSource> {
             let cache = Arc::new(RowCache::new(1 << 20, 264));
@@ -321,11 +328,7 @@ fn refused(model: &Model, good: &Path, name: &str, mutate: impl Fn(&mut Vec<u8>)
 #[test]
 fn bad_hot_files_are_refused_with_a_clear_error() {
     within(LIMIT, || {
-        let dir = tempfile::tempdir().unwrap();
-        let model = write_model(dir.path(), "m.gguf", SCALE, 3);
-        let files = corpus(dir.path());
-        let good = dir.path().join("m.hot");
-        make_hot(&model, &files, 300, &good);
+        let (dir, model, files, good) = fixture(300);
         let len = std::fs::metadata(&good).unwrap().len() as usize;
         refused(
             &model,
