@@ -1,13 +1,17 @@
-//! Times ways of reading a hot-row file into fresh memory, cold, against
-//! `HotSet::load`: `cargo run --release --example hot_load_parts -- HOT
-//! MODEL MODE` with MODE one of `load`, `buffered`, `direct` (the file is
-//! evicted from the page cache first).
+//! Times loading a hot-row file cold: `HotSet::load` (`load`), or the
+//! alternative it replaced, reading the file into fresh memory on a few
+//! threads (`copy`). The file is evicted from the page cache first.
+//!
+//! `cargo run --release -p engram --example hot_load_parts -- HOT MODEL load|copy [THREADS]`
+//! Compare with `dd if=HOT of=/dev/null bs=8M` after evicting it again.
 
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::time::Instant;
 
 const CHUNK: usize = 4 << 20;
 
+/// Reads `file` into `buf`, chunk `i` on thread `i % threads`.
 fn read_parallel(file: &std::fs::File, buf: &mut [u8], threads: usize) {
     let mut shares: Vec<Vec<(u64, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, c) in buf.chunks_mut(CHUNK).enumerate() {
@@ -17,14 +21,7 @@ fn read_parallel(file: &std::fs::File, buf: &mut [u8], threads: usize) {
         for share in shares {
             s.spawn(move || {
                 for (at, c) in share {
-                    let mut done = 0;
-                    while done < c.len() {
-                        let n = file.read_at(&mut c[done..], at + done as u64).unwrap();
-                        if n == 0 {
-                            break;
-                        }
-                        done += n;
-                    }
+                    file.read_exact_at(c, at).expect("read");
                 }
             });
         }
@@ -33,41 +30,28 @@ fn read_parallel(file: &std::fs::File, buf: &mut [u8], threads: usize) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let (hot, model, mode) = (&args[1], &args[2], args[3].as_str());
-    let file = std::fs::File::open(hot).unwrap();
-    engram::io::cachectl::evict(&file).unwrap();
-    let len = file.metadata().unwrap().len() as usize;
+    if args.len() < 4 {
+        eprintln!("usage: hot_load_parts HOT MODEL load|copy [THREADS]");
+        std::process::exit(2);
+    }
+    let (hot, model, mode) = (Path::new(&args[1]), &args[2], args[3].as_str());
+    let threads: usize = args.get(4).map_or(2, |t| t.parse().expect("THREADS"));
+    let file = std::fs::File::open(hot).expect("open HOT");
+    engram::io::cachectl::evict(&file).expect("evict");
+    let len = file.metadata().expect("stat").len() as usize;
+    let model = engram::model::Model::open(model).expect("open MODEL");
     let t = Instant::now();
     match mode {
         "load" => {
-            let model = engram::model::Model::open(model).unwrap();
-            let set = engram::hot::HotSet::load(std::path::Path::new(hot), &model, false).unwrap();
+            let set = engram::hot::HotSet::load(hot, &model, false).expect("load");
             std::hint::black_box(&set);
         }
-        "buffered" => {
+        "copy" => {
             let mut buf = vec![0u8; len];
-            let n: usize = std::env::var("THREADS").map_or(2, |v| v.parse().unwrap());
-            read_parallel(&file, &mut buf, n);
+            read_parallel(&file, &mut buf, threads);
             std::hint::black_box(&buf);
         }
-        "direct" => {
-            let direct = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(hot)
-                .unwrap();
-            let size = len.next_multiple_of(4096);
-            let layout = std::alloc::Layout::from_size_align(size, 4096).unwrap();
-            // SAFETY: non-zero size; freed below with the same layout.
-            let p = unsafe { std::alloc::alloc_zeroed(layout) };
-            // SAFETY: `p` holds `size` zeroed bytes.
-            let buf = unsafe { std::slice::from_raw_parts_mut(p, size) };
-            read_parallel(&direct, buf, 2);
-            std::hint::black_box(&buf);
-            // SAFETY: allocated above with `layout`.
-            unsafe { std::alloc::dealloc(p, layout) };
-        }
-        _ => panic!("mode"),
+        other => panic!("mode {other:?}: load or copy"),
     }
     let s = t.elapsed().as_secs_f64();
     println!("{mode}: {s:.3} s {:.2} GB/s", len as f64 / s / 1e9);
