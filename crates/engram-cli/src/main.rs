@@ -38,6 +38,8 @@ enum Command {
     Iobench(commands::iobench::IobenchArgs),
     /// Replay a prompt's prefill and decode under several schedules; report the stall.
     Bench(commands::bench::Args),
+    /// Count the rows a corpus looks up most; write them to a hot-row file.
+    Profile(commands::profile::Args),
 }
 
 /// Writes `text` and a newline to stdout. A closed pipe (`engram ... | head`)
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::Pack(a) => commands::pack::run(a).map_err(Into::into),
         Command::Iobench(a) => commands::iobench::run(&a).map_err(Into::into),
         Command::Bench(a) => commands::bench::run(&a).map_err(Into::into),
+        Command::Profile(a) => commands::profile::run(&a).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

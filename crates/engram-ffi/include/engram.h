@@ -86,7 +86,9 @@ typedef struct engram_seq engram_seq;
 //
 // Versioned by `struct_size`: a caller built against a newer header with
 // more fields is accepted as long as the fields this library does not know
-// are zero; fields are only ever appended.
+// are zero; fields are only ever appended, and a caller built against an
+// older header (a smaller size that ends at a field boundary this library
+// knows: 72 bytes before the hot tier) gets the defaults for the rest.
 typedef struct engram_options {
   // `sizeof(engram_options)` as the caller compiled it.
   uint32_t struct_size;
@@ -125,6 +127,14 @@ typedef struct engram_options {
   // Row cache budget in bytes shared by the engine's sequences; 0: no
   // row cache.
   uint64_t cache_bytes;
+  // Hot-row file (NUL-terminated path, made by `engram profile` from
+  // this model) loaded at open and served before the row cache and
+  // storage; NULL: no hot tier. Read during `engram_open` only.
+  const char *hot_path;
+  // 1: `mlock` the hot rows (fails when `RLIMIT_MEMLOCK` is too low).
+  uint32_t hot_mlock;
+  // Must be zero (keeps the struct free of hidden padding).
+  uint32_t reserved;
 } engram_options;
 
 // Facts about an engine, from `engram_engine_info`.
@@ -214,7 +224,9 @@ extern "C" {
 //
 // # Safety
 // `path` is NULL or a NUL-terminated string; `options` is NULL or points
-// at `options->struct_size` readable bytes; `engine` is NULL or writable.
+// at `options->struct_size` readable bytes, whose `hot_path` (if the size
+// covers it) is NULL or a NUL-terminated string; `engine` is NULL or
+// writable.
 enum engram_status engram_open(const char *path,
                                const struct engram_options *options,
                                struct engram_engine **engine);

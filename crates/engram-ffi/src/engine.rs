@@ -73,8 +73,12 @@ impl std::ops::Deref for EngineObj {
 }
 
 impl EngineObj {
-    fn open(path: PathBuf, options: &engram_options) -> FfiResult<EngineObj> {
-        Ok(EngineObj(options.builder()?.open(path)?))
+    /// # Safety
+    /// `options.hot_path` is NULL or a NUL-terminated string.
+    unsafe fn open(path: PathBuf, options: &engram_options) -> FfiResult<EngineObj> {
+        // SAFETY: forwarded from this function's contract.
+        let builder = unsafe { options.builder() }?;
+        Ok(EngineObj(builder.open(path)?))
     }
 
     fn check_table(&self, table: u32) -> FfiResult<usize> {
@@ -130,13 +134,13 @@ fn backend_code(backend: Backend) -> u32 {
 }
 
 #[cfg(unix)]
-fn path_of(path: &std::ffi::CStr) -> FfiResult<PathBuf> {
+pub(crate) fn path_of(path: &std::ffi::CStr) -> FfiResult<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     Ok(PathBuf::from(std::ffi::OsStr::from_bytes(path.to_bytes())))
 }
 
 #[cfg(not(unix))]
-fn path_of(path: &std::ffi::CStr) -> FfiResult<PathBuf> {
+pub(crate) fn path_of(path: &std::ffi::CStr) -> FfiResult<PathBuf> {
     path.to_str()
         .map(PathBuf::from)
         .map_err(|_| FfiError::invalid("path is not UTF-8"))
@@ -154,7 +158,9 @@ pub(crate) fn engine_of(engine: *mut engram_engine) -> FfiResult<Arc<EngineObj>>
 ///
 /// # Safety
 /// `path` is NULL or a NUL-terminated string; `options` is NULL or points
-/// at `options->struct_size` readable bytes; `engine` is NULL or writable.
+/// at `options->struct_size` readable bytes, whose `hot_path` (if the size
+/// covers it) is NULL or a NUL-terminated string; `engine` is NULL or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn engram_open(
     path: *const c_char,
@@ -172,7 +178,9 @@ pub unsafe extern "C" fn engram_open(
             // SAFETY: forwarded from the caller's contract.
             unsafe { engram_options::read(options) }?
         };
-        let obj = Arc::new(EngineObj::open(path, &options)?);
+        // SAFETY: `hot_path` is NULL or a string, per the caller's contract
+        // (the defaults have it NULL).
+        let obj = Arc::new(unsafe { EngineObj::open(path, &options) }?);
         let handle = handles::fresh();
         // SAFETY: forwarded from the caller's contract.
         unsafe { handles::hand_out(engine, "engine", handle, obj) }

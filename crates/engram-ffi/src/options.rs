@@ -1,5 +1,8 @@
 //! `engram_options`: how an engine reads and schedules, versioned by size.
 
+use std::ffi::c_char;
+
+use engram::hot::HotConfig;
 use engram::io::{Backend, IoConfig};
 use engram::open::EngineBuilder;
 use engram::prefetch::{PrefetchConfig, RowFormat};
@@ -27,7 +30,9 @@ pub const ENGRAM_FORMAT_F32: u32 = 1;
 ///
 /// Versioned by `struct_size`: a caller built against a newer header with
 /// more fields is accepted as long as the fields this library does not know
-/// are zero; fields are only ever appended.
+/// are zero; fields are only ever appended, and a caller built against an
+/// older header (a smaller size that ends at a field boundary this library
+/// knows: 72 bytes before the hot tier) gets the defaults for the rest.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
@@ -69,7 +74,19 @@ pub struct engram_options {
     /// Row cache budget in bytes shared by the engine's sequences; 0: no
     /// row cache.
     pub cache_bytes: u64,
+    /// Hot-row file (NUL-terminated path, made by `engram profile` from
+    /// this model) loaded at open and served before the row cache and
+    /// storage; NULL: no hot tier. Read during `engram_open` only.
+    pub hot_path: *const c_char,
+    /// 1: `mlock` the hot rows (fails when `RLIMIT_MEMLOCK` is too low).
+    pub hot_mlock: u32,
+    /// Must be zero (keeps the struct free of hidden padding).
+    pub reserved: u32,
 }
+
+/// Sizes of earlier versions of `engram_options` that are still accepted:
+/// the struct up to `cache_bytes` (before the hot tier).
+const OLD_STRUCT_SIZES: [usize; 1] = [std::mem::offset_of!(engram_options, hot_path)];
 
 /// Largest `struct_size` accepted: a bound on how far past the known fields
 /// the zero check reads.
@@ -99,6 +116,9 @@ impl engram_options {
             workers: p.workers as u32,
             decode_workers: p.decode_workers as u32,
             cache_bytes: 0,
+            hot_path: std::ptr::null(),
+            hot_mlock: 0,
+            reserved: 0,
         }
     }
 
@@ -112,6 +132,20 @@ impl engram_options {
         // SAFETY: non-NULL and aligned; the first 4 bytes are struct_size.
         let size = unsafe { p.cast::<u32>().read() } as usize;
         let known = std::mem::size_of::<engram_options>();
+        if OLD_STRUCT_SIZES.contains(&size) {
+            let mut options = engram_options::defaults();
+            // SAFETY: the caller's struct is `size` bytes, a prefix of ours
+            // that ends at a field boundary; every field is plain data.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    p.cast::<u8>(),
+                    (&raw mut options).cast::<u8>(),
+                    size,
+                );
+            }
+            options.struct_size = known as u32;
+            return Ok(options);
+        }
         if size < known || size > MAX_STRUCT_SIZE {
             return Err(FfiError::invalid(format!(
                 "options.struct_size is {size}; expected {known} (call engram_options_default first)"
@@ -129,7 +163,11 @@ impl engram_options {
     }
 
     /// The engine options these ask for, validated.
-    pub(crate) fn builder(&self) -> FfiResult<EngineBuilder> {
+    ///
+    /// # Safety
+    /// `hot_path` is NULL or a NUL-terminated string (as `engram_open`'s
+    /// caller promises, and as the defaults have it).
+    pub(crate) unsafe fn builder(&self) -> FfiResult<EngineBuilder> {
         let builder = EngineBuilder {
             io: IoConfig {
                 backend: backend(self.backend)?,
@@ -153,10 +191,33 @@ impl engram_options {
                 ..PrefetchConfig::default()
             },
             cache_bytes: self.cache_bytes,
+            // SAFETY: forwarded from this function's contract.
+            hot: unsafe { self.hot() }?,
             faults: None,
         };
+        if self.reserved != 0 {
+            return Err(FfiError::invalid("options.reserved must be 0"));
+        }
         builder.validate()?;
         Ok(builder)
+    }
+
+    /// The hot-tier options.
+    ///
+    /// # Safety
+    /// `hot_path` is NULL or a NUL-terminated string.
+    pub(crate) unsafe fn hot(&self) -> FfiResult<HotConfig> {
+        let path = if self.hot_path.is_null() {
+            None
+        } else {
+            // SAFETY: non-NULL and NUL-terminated per the caller.
+            let s = unsafe { crate::ptr::c_str(self.hot_path, "options.hot_path") }?;
+            Some(crate::engine::path_of(s)?)
+        };
+        Ok(HotConfig {
+            path,
+            mlock: flag(self.hot_mlock, "hot_mlock")?,
+        })
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engram::codec::ROW_DIM;
+use engram::hot::HotConfig;
 use engram::io::fault::FaultPlan;
 use engram::io::IoConfig;
 use engram::open::{EngineBuilder, OpenEngine};
@@ -93,7 +94,8 @@ impl Info {
     format = "f32", chunk_tokens = 2048, ring_chunks = 4, first_chunk_tokens = 128,
     read_batch_tokens = 256, overlap_threshold = 1024, prefetch = None, pipeline = None,
     batch = None, lookup_hints = false, workers = 4, decode_workers = 2,
-    reuse_bytes = None, prefill_batches_in_flight = 1, inject_latency_us = 0
+    reuse_bytes = None, prefill_batches_in_flight = 1, hot = None, hot_mlock = false,
+    inject_latency_us = 0
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn open(
@@ -117,6 +119,8 @@ pub(crate) fn open(
     decode_workers: usize,
     reuse_bytes: Option<u64>,
     prefill_batches_in_flight: usize,
+    hot: Option<std::path::PathBuf>,
+    hot_mlock: bool,
     inject_latency_us: u64,
 ) -> PyResult<Engine> {
     // None: the ENGRAM_PREFETCH / ENGRAM_PIPELINE / ENGRAM_BATCH switches
@@ -147,6 +151,10 @@ pub(crate) fn open(
             ..defaults
         },
         cache_bytes,
+        hot: HotConfig {
+            path: hot,
+            mlock: hot_mlock,
+        },
         // A test knob: every pread first sleeps this long.
         faults: (inject_latency_us > 0).then(|| FaultPlan {
             latency: Some(Duration::from_micros(inject_latency_us)),

@@ -15,7 +15,8 @@ VOCAB = 129_280
 def test_the_hierarchy():
     for cls in (engram.IoError, engram.FormatError, engram.RowReadError,
                 engram.CorruptRowError, engram.CancelledError,
-                engram.InvalidArgumentError, engram.ArgumentTypeError, engram.StateError):
+                engram.InvalidArgumentError, engram.ArgumentTypeError, engram.StateError,
+                engram.InternalError):
         assert issubclass(cls, engram.Error)
     assert issubclass(engram.RowReadError, engram.IoError)
     assert issubclass(engram.InvalidArgumentError, ValueError)
@@ -146,6 +147,21 @@ def test_missing_and_malformed_models(tmp_path, model):
         engram.open(garbage)
     assert err.value.path == str(garbage)
     assert err.value.field
+
+
+def test_a_bad_hot_file_is_refused_naming_it(tmp_path, model):
+    missing = tmp_path / "missing.hot"
+    with pytest.raises(engram.IoError) as err:
+        engram.open(model, hot=missing)
+    assert err.value.path == str(missing)
+    garbage = tmp_path / "garbage.hot"
+    garbage.write_bytes(b"not a hot-row file" * 8)
+    with pytest.raises(engram.FormatError) as err:
+        engram.open(model, hot=garbage)
+    assert err.value.path == str(garbage)
+    # The engine opens as before without it.
+    with engram.open(model) as engine:
+        assert engine.info.tables == 2
 
 
 def test_a_truncated_model_file_raises_row_read_error_naming_it(tmp_path, model):

@@ -3,9 +3,11 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use engram::hot::HotSet;
 use engram::io::{cachectl, IoConfig};
 use engram::model::Model;
 use engram::{Error, Result};
@@ -13,7 +15,9 @@ use engram::{Error, Result};
 use crate::compute::ComputeSpec;
 use crate::driver::{replay, Drive, Measured, Sweep};
 use crate::hints::HintMode;
-use crate::report::{DecodeReport, PrefillReport, Report, ScheduleReport, StallSummary};
+use crate::report::{
+    DecodeReport, HotReport, IoReport, PrefillReport, Report, ScheduleReport, StallSummary,
+};
 use crate::rss;
 use crate::schedule::{self, ScheduleKind, ScheduleSetup};
 
@@ -38,6 +42,9 @@ pub struct BenchConfig {
     pub cache_bytes: u64,
     /// Seed of the draft hints.
     pub seed: u64,
+    /// Hot-row file of the engine schedules (`engram profile`), loaded once
+    /// before the first schedule.
+    pub hot: Option<PathBuf>,
 }
 
 impl Default for BenchConfig {
@@ -52,6 +59,7 @@ impl Default for BenchConfig {
             io: IoConfig::default(),
             cache_bytes: 256 << 20,
             seed: 1,
+            hot: None,
         }
     }
 }
@@ -75,12 +83,17 @@ pub fn run_bench(
         vocab: u32::try_from(model.layout.vocab_size()).unwrap_or(u32::MAX),
         seed: config.seed,
     };
+    let hot = match &config.hot {
+        Some(path) => Some(Arc::new(HotSet::load(path, model, false)?)),
+        None => None,
+    };
     let setup = ScheduleSetup {
         model,
         io: config.io.clone(),
         f32_rows: matches!(config.compute, ComputeSpec::Cpu(_)),
         cache_bytes: config.cache_bytes,
         lookup_hints: config.hints == HintMode::Lookup,
+        hot: hot.clone(),
     };
     let mut schedules = Vec::new();
     for &kind in &config.schedules {
@@ -103,7 +116,7 @@ pub fn run_bench(
         schedules.push(ScheduleReport {
             name: kind.name().to_string(),
             output_checksum: compute.output_checksum(),
-            io: io.into(),
+            io: IoReport::new(&io, prompt.len(), continuation.len()),
             peak_rss_bytes: rss::peak_bytes().unwrap_or(0),
             ..summarize(&measured, prompt.len(), continuation.len())
         });
@@ -115,6 +128,7 @@ pub fn run_bench(
         ubatch: config.ubatch,
         hints: config.hints.label(),
         cold: config.cold,
+        hot: hot.as_deref().map(HotReport::of),
         schedules,
     })
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::schedule::IoCounters;
+use crate::schedule::{IoCounters, PhaseIo};
 
 /// The whole benchmark: its settings and one entry per schedule.
 #[derive(Debug, Clone, Serialize)]
@@ -24,6 +24,9 @@ pub struct Report {
     pub hints: String,
     /// Table files evicted from the page cache before each schedule.
     pub cold: bool,
+    /// The hot tier of the engine schedules, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hot: Option<HotReport>,
     /// One entry per schedule, in the order run.
     pub schedules: Vec<ScheduleReport>,
 }
@@ -136,16 +139,83 @@ pub struct IoReport {
     pub bytes_read: u64,
     /// Read requests issued.
     pub reads: u64,
+    /// Rows served from the hot tier.
+    pub hot_hits: u64,
+    /// Rows per prefill token, by where they came from (engine schedules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_per_token: Option<PhaseRates>,
+    /// Rows per decode step (hint reads between steps included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_per_step: Option<PhaseRates>,
 }
 
-impl From<IoCounters> for IoReport {
-    fn from(c: IoCounters) -> IoReport {
+/// Rows of one phase per token or step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PhaseRates {
+    /// Rows served by the hot tier.
+    pub hot_rows: f64,
+    /// Rows read from storage (distinct per batch; not hot, not cached).
+    pub storage_rows: f64,
+    /// Read requests issued to storage.
+    pub storage_reads: f64,
+}
+
+impl PhaseRates {
+    fn of(io: &PhaseIo, per: usize) -> PhaseRates {
+        let per = per.max(1) as f64;
+        PhaseRates {
+            hot_rows: io.hot_rows as f64 / per,
+            storage_rows: io.storage_rows as f64 / per,
+            storage_reads: io.storage_reads as f64 / per,
+        }
+    }
+}
+
+impl IoReport {
+    /// The report of `c` for a prefill of `prefill_tokens` and
+    /// `decode_steps` steps.
+    pub fn new(c: &IoCounters, prefill_tokens: usize, decode_steps: usize) -> IoReport {
         IoReport {
             rows_requested: c.rows_requested,
             rows_unique: c.rows_unique,
             cache_hits: c.cache_hits,
             bytes_read: c.bytes_read,
             reads: c.reads,
+            hot_hits: c.hot_hits,
+            prefill_per_token: c.prefill.map(|p| PhaseRates::of(&p, prefill_tokens)),
+            decode_per_step: c.decode.map(|d| PhaseRates::of(&d, decode_steps)),
+        }
+    }
+}
+
+/// The hot tier a run used.
+#[derive(Debug, Clone, Serialize)]
+pub struct HotReport {
+    /// The hot-row file.
+    pub file: String,
+    /// Its size.
+    pub file_bytes: u64,
+    /// Hot rows per table.
+    pub rows: Vec<usize>,
+    /// Corpus tokens it was profiled from.
+    pub profile_tokens: u64,
+    /// Time to load and check it.
+    pub load_seconds: f64,
+    /// File bytes per second of that load.
+    pub load_bytes_per_s: f64,
+}
+
+impl HotReport {
+    /// What `hot` is and how long it took to load.
+    pub fn of(hot: &engram::hot::HotSet) -> HotReport {
+        let secs = hot.load_time().as_secs_f64();
+        HotReport {
+            file: hot.path().display().to_string(),
+            file_bytes: hot.file_bytes(),
+            rows: hot.tables().iter().map(|t| t.len()).collect(),
+            profile_tokens: hot.profile().tokens,
+            load_seconds: secs,
+            load_bytes_per_s: hot.file_bytes() as f64 / secs.max(1e-9),
         }
     }
 }
@@ -209,7 +279,53 @@ impl Report {
             "\nprefill: wall, compute and time blocked on rows (seconds); decode: steps/s against \
              the compute-only floor, and the per-step stall over both tables (us)."
         );
+        self.rows_table(&mut out);
         out
+    }
+}
+
+impl Report {
+    /// Where rows came from, per prefill token and per decode step (engine
+    /// schedules), and the hot set's load.
+    fn rows_table(&self, out: &mut String) {
+        if let Some(h) = &self.hot {
+            let _ = writeln!(
+                out,
+                "\nhot set {}: {:?} rows, {:.1} MB loaded in {:.2} s ({:.0} MB/s)",
+                h.file,
+                h.rows,
+                h.file_bytes as f64 / 1e6,
+                h.load_seconds,
+                h.load_bytes_per_s / 1e6
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n{:<8} | {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10}",
+            "rows", "hot/tok", "stor/tok", "reads/tok", "hot/step", "stor/step", "reads/step"
+        );
+        for s in &self.schedules {
+            let (Some(p), Some(d)) = (&s.io.prefill_per_token, &s.io.decode_per_step) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "{:<8} | {:>10.2} {:>10.2} {:>10.2} | {:>10.2} {:>10.2} {:>10.2}",
+                s.name,
+                p.hot_rows,
+                p.storage_rows,
+                p.storage_reads,
+                d.hot_rows,
+                d.storage_rows,
+                d.storage_reads
+            );
+        }
+        let _ = writeln!(
+            out,
+            "rows served by the hot tier, rows read from storage (distinct per batch, neither hot \
+             nor cached) and read requests, per prefill token and per decode step (hint reads \
+             between steps included)."
+        );
     }
 }
 

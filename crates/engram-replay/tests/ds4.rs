@@ -42,6 +42,7 @@ fn setup(model: &Model) -> ScheduleSetup<'_> {
         f32_rows: true,
         cache_bytes: 0,
         lookup_hints: false,
+        hot: None,
     }
 }
 

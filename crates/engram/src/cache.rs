@@ -145,65 +145,107 @@ impl<S: RowSource> RowSource for CachedSource<S> {
         out: &mut [u8],
         priority: Priority,
     ) -> Result<BatchStats> {
-        let started = Instant::now();
-        let row_bytes = self.check_request(table, rows, out)?;
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_unstable_by_key(|&i| rows[i]);
-        let groups = group_runs(rows, &order);
-        // Hits are copied out now; misses are collected for one read.
-        let mut missing: Vec<(u32, &[usize])> = Vec::new();
-        for &(row, positions) in &groups {
-            match self.cache.get(table, row) {
-                Some(bytes) => scatter_row(&bytes, positions, row_bytes, out),
-                None => missing.push((row, positions)),
-            }
-        }
-        let hits = (groups.len() - missing.len()) as u64;
-        self.cache.hits.fetch_add(hits, Ordering::Relaxed);
-        self.cache
+        let cache = &self.cache;
+        let through = read_through(
+            &self.inner,
+            table,
+            rows,
+            out,
+            priority,
+            |row| cache.get(table, row),
+            |row, bytes| cache.insert(table, row, bytes),
+        )?;
+        cache.hits.fetch_add(through.hits, Ordering::Relaxed);
+        cache
             .misses
-            .fetch_add(missing.len() as u64, Ordering::Relaxed);
-        let mut stats = BatchStats::default();
-        if !missing.is_empty() {
-            let ids: Vec<u32> = missing.iter().map(|&(row, _)| row).collect();
-            let mut fetched = vec![0u8; ids.len() * row_bytes];
-            stats = self
-                .inner
-                .read_rows_at(table, &ids, &mut fetched, priority)?;
-            for (k, &(row, positions)) in missing.iter().enumerate() {
-                let bytes = &fetched[k * row_bytes..(k + 1) * row_bytes];
-                scatter_row(bytes, positions, row_bytes, out);
-                self.cache.insert(table, row, bytes);
-            }
-        }
-        stats.rows_requested = rows.len() as u64;
-        stats.rows_unique = groups.len() as u64;
-        stats.cache_hits = hits;
-        stats.elapsed = started.elapsed();
+            .fetch_add(through.groups - through.hits, Ordering::Relaxed);
+        let mut stats = through.stats;
+        stats.cache_hits = through.hits;
         Ok(stats)
     }
 }
 
-impl<S: RowSource> CachedSource<S> {
-    /// Checks a request's table, output length and row ids; returns the
-    /// table's row size.
-    fn check_request(&self, table: usize, rows: &[u32], out: &[u8]) -> Result<usize> {
-        if table >= self.inner.tables() {
-            return Err(Error::InvalidArgument(format!(
-                "table {table} does not exist ({} tables)",
-                self.inner.tables()
-            )));
+/// What [`read_through`] did: the inner source's stats (with the request's
+/// own `rows_requested`, `rows_unique` and `elapsed`), the distinct rows
+/// asked for, and how many of those the tier held.
+pub(crate) struct ReadThrough {
+    pub stats: BatchStats,
+    pub groups: u64,
+    pub hits: u64,
+}
+
+/// The read path of a tier in front of `inner` (the row cache, the hot
+/// set): checks the request, serves each distinct row `held` returns bytes
+/// for, reads the others from `inner` in one batch (sorted, deduplicated),
+/// hands each fetched row to `fetched`, and scatters everything into `out`
+/// in request order.
+pub(crate) fn read_through<S: RowSource + ?Sized, R: AsRef<[u8]>>(
+    inner: &S,
+    table: usize,
+    rows: &[u32],
+    out: &mut [u8],
+    priority: Priority,
+    mut held: impl FnMut(u32) -> Option<R>,
+    mut fetched: impl FnMut(u32, &[u8]),
+) -> Result<ReadThrough> {
+    let started = Instant::now();
+    let row_bytes = check_request(inner, table, rows, out)?;
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_unstable_by_key(|&i| rows[i]);
+    let groups = group_runs(rows, &order);
+    // Held rows are copied out now; the others are collected for one read.
+    let mut missing: Vec<(u32, &[usize])> = Vec::new();
+    for &(row, positions) in &groups {
+        match held(row) {
+            Some(bytes) => scatter_row(bytes.as_ref(), positions, row_bytes, out),
+            None => missing.push((row, positions)),
         }
-        let row_bytes = self.inner.row_bytes(table);
-        crate::io::batch::check_out_len(table, rows.len(), row_bytes, out.len())?;
-        let table_rows = self.inner.table_rows(table);
-        if let Some(&bad) = rows.iter().find(|&&r| u64::from(r) >= table_rows) {
-            return Err(Error::InvalidArgument(format!(
-                "row {bad} of table {table} is out of range (the table has {table_rows} rows)"
-            )));
-        }
-        Ok(row_bytes)
     }
+    let hits = (groups.len() - missing.len()) as u64;
+    let mut stats = BatchStats::default();
+    if !missing.is_empty() {
+        let ids: Vec<u32> = missing.iter().map(|&(row, _)| row).collect();
+        let mut buf = vec![0u8; ids.len() * row_bytes];
+        stats = inner.read_rows_at(table, &ids, &mut buf, priority)?;
+        for (k, &(row, positions)) in missing.iter().enumerate() {
+            let bytes = &buf[k * row_bytes..(k + 1) * row_bytes];
+            scatter_row(bytes, positions, row_bytes, out);
+            fetched(row, bytes);
+        }
+    }
+    stats.rows_requested = rows.len() as u64;
+    stats.rows_unique = groups.len() as u64;
+    stats.elapsed = started.elapsed();
+    Ok(ReadThrough {
+        stats,
+        groups: groups.len() as u64,
+        hits,
+    })
+}
+
+/// Checks a request's table, output length and row ids against `inner`;
+/// returns the table's row size.
+fn check_request<S: RowSource + ?Sized>(
+    inner: &S,
+    table: usize,
+    rows: &[u32],
+    out: &[u8],
+) -> Result<usize> {
+    if table >= inner.tables() {
+        return Err(Error::InvalidArgument(format!(
+            "table {table} does not exist ({} tables)",
+            inner.tables()
+        )));
+    }
+    let row_bytes = inner.row_bytes(table);
+    crate::io::batch::check_out_len(table, rows.len(), row_bytes, out.len())?;
+    let table_rows = inner.table_rows(table);
+    if let Some(&bad) = rows.iter().find(|&&r| u64::from(r) >= table_rows) {
+        return Err(Error::InvalidArgument(format!(
+            "row {bad} of table {table} is out of range (the table has {table_rows} rows)"
+        )));
+    }
+    Ok(row_bytes)
 }
 
 /// Groups request positions (sorted by row in `order`) into runs of one row.

@@ -12,6 +12,7 @@ pub mod cache;
 pub mod codec;
 pub mod error;
 pub mod hash;
+pub mod hot;
 pub mod io;
 pub mod layout;
 pub mod model;

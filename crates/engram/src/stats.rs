@@ -69,6 +69,11 @@ pub struct TableStats {
     pub rows_unique: u64,
     /// Rows served from the row cache.
     pub cache_hits: u64,
+    /// Rows served from the hot tier (distinct per batch, like
+    /// `cache_hits`); rows read from storage are `rows_unique - cache_hits
+    /// - hot_hits`.
+    #[serde(default)]
+    pub hot_hits: u64,
     /// Row ids a prefill served from its whole-prompt reuse store without
     /// asking the source (not counted in `rows_requested`: the rows the
     /// consumer asked for are `rows_requested + reuse_hits`).
@@ -122,6 +127,7 @@ impl TableStats {
         self.rows_requested += other.rows_requested;
         self.rows_unique += other.rows_unique;
         self.cache_hits += other.cache_hits;
+        self.hot_hits += other.hot_hits;
         self.reuse_hits += other.reuse_hits;
         self.ahead_rows += other.ahead_rows;
         self.reads_issued += other.reads_issued;
@@ -200,6 +206,7 @@ struct BatchStatsTotals {
     rows_requested: u64,
     rows_unique: u64,
     cache_hits: u64,
+    hot_hits: u64,
     reads_issued: u64,
     bytes_read: u64,
     batches: u64,
@@ -316,6 +323,7 @@ impl StatsRecorder {
                 io.rows_requested += batch.rows_requested;
                 io.rows_unique += batch.rows_unique;
                 io.cache_hits += batch.cache_hits;
+                io.hot_hits += batch.hot_hits;
                 io.reads_issued += batch.reads_issued;
                 io.bytes_read += batch.bytes_read;
                 io.batches += 1;
@@ -357,6 +365,7 @@ fn phase_stats(r: &PhaseRecord) -> PhaseStats {
                 rows_requested: t.io.rows_requested,
                 rows_unique: t.io.rows_unique,
                 cache_hits: t.io.cache_hits,
+                hot_hits: t.io.hot_hits,
                 reuse_hits: t.reuse_hits,
                 ahead_rows: t.ahead_rows,
                 reads_issued: t.io.reads_issued,
@@ -415,6 +424,7 @@ mod tests {
                 rows_requested: 24,
                 rows_unique: 20,
                 cache_hits: 3,
+                hot_hits: 2,
                 reads_issued: 17,
                 bytes_read: 17 * 4096,
                 elapsed: Duration::from_micros(90),

@@ -67,6 +67,10 @@ pub struct Args {
     /// Seed of the draft hints.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Hot-row file (`engram profile`) served before the row cache and
+    /// storage in the engine schedules.
+    #[arg(long, value_name = "HOT")]
+    pub hot: Option<PathBuf>,
 }
 
 impl Args {
@@ -86,6 +90,7 @@ impl Args {
             },
             cache_bytes: self.cache_mib.saturating_mul(1 << 20),
             seed: self.seed,
+            hot: self.hot.clone(),
         })
     }
 }

@@ -7,6 +7,7 @@ pub mod inspect;
 pub mod iobench;
 pub mod layout;
 pub mod pack;
+pub mod profile;
 pub mod rows;
 pub mod synth;
 pub mod transcode;

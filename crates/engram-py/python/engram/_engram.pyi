@@ -115,9 +115,14 @@ def open(
     decode_workers: int = 2,
     reuse_bytes: Optional[int] = None,
     prefill_batches_in_flight: int = 1,
+    hot: Optional[Union[str, os.PathLike[str]]] = None,
+    hot_mlock: bool = False,
     inject_latency_us: int = 0,
 ) -> Engine:
     """Opens a model (ds4 .gguf or Hugging Face checkpoint directory) and starts an engine.
+
+    hot names a hot-row file (`engram profile`) served from memory in front
+    of the row cache and storage; hot_mlock locks it in RAM.
 
     prefetch, pipeline and batch left None follow the ENGRAM_PREFETCH,
     ENGRAM_PIPELINE and ENGRAM_BATCH environment switches (0 off), else on.

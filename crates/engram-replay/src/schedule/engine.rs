@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engram::cache::{CachedSource, RowCache};
+use engram::hot::HotSource;
 use engram::io::{open_source, RowSource};
 use engram::prefetch::{Engine, PrefetchConfig, Prefill, RowFormat, RowsView, Sequence};
-use engram::stats::Stats;
+use engram::stats::{PhaseStats, Stats};
 use engram::Result;
 
-use super::{IoCounters, PrefillRun, Schedule, ScheduleKind, ScheduleSetup};
+use super::{IoCounters, PhaseIo, PrefillRun, Schedule, ScheduleKind, ScheduleSetup};
 
 /// One of the engine-backed schedules.
 pub struct EngineSchedule {
@@ -46,6 +47,11 @@ impl EngineSchedule {
                 opened.source
             }
             _ => opened.source,
+        };
+        // In front of the row cache: hot rows never spend its budget.
+        let source: Arc<dyn RowSource> = match &setup.hot {
+            Some(hot) => Arc::new(HotSource::new(source, hot.clone())?),
+            None => source,
         };
         let engine = Engine::for_model(setup.model, source, config)?;
         Ok(EngineSchedule {
@@ -136,5 +142,19 @@ fn counters(stats: &Stats) -> IoCounters {
         cache_hits: t.cache_hits,
         bytes_read: t.bytes_read,
         reads: t.reads_issued,
+        hot_hits: t.hot_hits,
+        prefill: Some(phase_io(&[&stats.prefill])),
+        // Hints are read between decode steps, for the steps.
+        decode: Some(phase_io(&[&stats.decode, &stats.hints])),
     }
+}
+
+fn phase_io(phases: &[&PhaseStats]) -> PhaseIo {
+    let mut io = PhaseIo::default();
+    for t in phases.iter().flat_map(|p| &p.tables) {
+        io.hot_rows += t.hot_hits;
+        io.storage_rows += t.rows_unique.saturating_sub(t.cache_hits + t.hot_hits);
+        io.storage_reads += t.reads_issued;
+    }
+    io
 }

@@ -92,6 +92,8 @@ pub struct ScheduleSetup<'a> {
     pub cache_bytes: u64,
     /// `full` predicts hints itself from the prompt (prompt lookup).
     pub lookup_hints: bool,
+    /// Hot tier of the engine schedules (loaded once, shared read-only).
+    pub hot: Option<std::sync::Arc<engram::hot::HotSet>>,
 }
 
 /// Builds a fresh schedule of `kind`.
@@ -117,6 +119,24 @@ pub struct IoCounters {
     pub bytes_read: u64,
     /// Read requests issued to storage.
     pub reads: u64,
+    /// Rows served from the hot tier.
+    pub hot_hits: u64,
+    /// The prefill's share (engine schedules; the peer's path does not
+    /// split its counters by phase).
+    pub prefill: Option<PhaseIo>,
+    /// The decode steps' share, with the hint reads made between steps.
+    pub decode: Option<PhaseIo>,
+}
+
+/// Where one phase's rows came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhaseIo {
+    /// Rows served from the hot tier.
+    pub hot_rows: u64,
+    /// Rows read from storage (distinct per batch, neither hot nor cached).
+    pub storage_rows: u64,
+    /// Read requests issued to storage (rows sharing a page coalesced).
+    pub storage_reads: u64,
 }
 
 /// One run of a schedule: a sequence that takes a prefill, then decode steps.

@@ -13,6 +13,9 @@ pub struct BatchStats {
     pub rows_unique: u64,
     /// Distinct rows served from a row cache instead of storage.
     pub cache_hits: u64,
+    /// Distinct rows served from the hot tier (`crate::hot`) instead of
+    /// the row cache or storage.
+    pub hot_hits: u64,
     /// Reads issued to storage (after coalescing).
     pub reads_issued: u64,
     /// Bytes read from storage (whole pages with direct I/O).
@@ -29,6 +32,7 @@ impl BatchStats {
         self.rows_requested += other.rows_requested;
         self.rows_unique += other.rows_unique;
         self.cache_hits += other.cache_hits;
+        self.hot_hits += other.hot_hits;
         self.reads_issued += other.reads_issued;
         self.bytes_read += other.bytes_read;
         self.elapsed += other.elapsed;

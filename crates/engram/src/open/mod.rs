@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use crate::cache::{CachedSource, RowCache};
 use crate::codec::ROW_DIM;
+use crate::hot::{HotConfig, HotSet};
 use crate::io::fault::{FaultPlan, FaultSource};
 use crate::io::{open_source, Backend, IoConfig, Opened, RowSource};
 use crate::model::Model;
@@ -35,6 +36,9 @@ pub struct EngineBuilder {
     pub prefetch: PrefetchConfig,
     /// Row cache budget in bytes shared by the engine's sequences (0: none).
     pub cache_bytes: u64,
+    /// The hot tier: a hot-row file served from memory in front of the row
+    /// cache and storage (`path: None`: none).
+    pub hot: HotConfig,
     /// Faults to inject below the reads (tests only: latency, errors); the
     /// source is then always the pread pool.
     pub faults: Option<FaultPlan>,
@@ -85,6 +89,9 @@ impl EngineBuilder {
             let cached = CachedSource::new(opened.source, cache.clone());
             (Arc::new(cached) as Arc<dyn RowSource>, Some(cache))
         };
+        // The hot tier goes in front of the row cache: hot rows never reach
+        // it, so its budget goes to the rest.
+        let (source, hot) = crate::hot::layer(&model, source, &self.hot)?;
         let engine = Engine::for_model(&model, source, self.prefetch.clone())?;
         Ok(OpenEngine {
             engine,
@@ -92,6 +99,7 @@ impl EngineBuilder {
             backend: opened.backend,
             note: opened.note,
             cache,
+            hot,
             seqs: Arc::default(),
         })
     }
@@ -109,6 +117,8 @@ pub struct OpenEngine {
     pub note: Option<String>,
     /// The row cache, when the engine has one.
     pub cache: Option<Arc<RowCache>>,
+    /// The hot set, when the engine has a hot tier.
+    pub hot: Option<Arc<HotSet>>,
     /// Stats of the engine's sequences, open and closed.
     pub seqs: Arc<SeqRegistry>,
 }

@@ -150,6 +150,7 @@ impl Counters {
             cache_hits: 0,
             bytes_read: self.bytes.load(Ordering::Relaxed),
             reads: self.reads.load(Ordering::Relaxed),
+            ..IoCounters::default()
         }
     }
 }

@@ -1,0 +1,112 @@
+//! `engram profile` from the command line: a hot file from a small corpus
+//! that `engram bench --hot` then serves rows from, and clear errors.
+
+use std::path::Path;
+
+mod support;
+use support::{engram, stderr, synth_model};
+
+#[test]
+fn profile_writes_a_hot_file_that_bench_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth_model(dir.path(), 65536);
+    let corpus = dir.path().join("corpus");
+    std::fs::create_dir(&corpus).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands");
+    for name in ["bench.rs", "hash.rs", "synth.rs"] {
+        std::fs::copy(src.join(name), corpus.join(name)).unwrap();
+    }
+    std::fs::write(corpus.join("notes.txt"), "not counted: --ext rs").unwrap();
+    let hot = dir.path().join("m.hot");
+    let hot_s = hot.to_string_lossy().into_owned();
+    let corpus_s = corpus.to_string_lossy().into_owned();
+    let o = engram(&[
+        "profile",
+        "--model",
+        &model,
+        "--corpus",
+        &corpus_s,
+        "--ext",
+        "rs",
+        "--budget-mib",
+        "1",
+        "--out",
+        &hot_s,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["files"], 3);
+    // 1 MiB per table at 268 bytes a row (row and id), unless fewer seen.
+    for t in doc["tables"].as_array().unwrap() {
+        let rows = t["hot_rows"].as_u64().unwrap();
+        assert!(rows > 0 && rows <= (1 << 20) / 268, "{t}");
+        assert!(t["lookup_coverage"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(
+        doc["file_bytes"].as_u64().unwrap(),
+        std::fs::metadata(&hot).unwrap().len()
+    );
+
+    let prompt = dir.path().join("prompt.txt");
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    std::fs::copy(readme, &prompt).unwrap();
+    let o = engram(&[
+        "bench",
+        "--model",
+        &model,
+        "--prompt",
+        &prompt.to_string_lossy(),
+        "--prefill",
+        "200",
+        "--decode",
+        "4",
+        "--compute",
+        "gpu:custom:1,20",
+        "--schedule",
+        "overlap",
+        "--hot",
+        &hot_s,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(doc["hot"]["file_bytes"].as_u64().unwrap() > 0);
+    let io = &doc["schedules"][0]["io"];
+    assert!(io["hot_hits"].as_u64().unwrap() > 0, "{io}");
+    assert!(io["prefill_per_token"]["hot_rows"].as_f64().unwrap() > 0.0);
+
+    // A corpus with no file to count, and a hot file that is not one.
+    let o = engram(&[
+        "profile",
+        "--model",
+        &model,
+        "--corpus",
+        &corpus_s,
+        "--ext",
+        "py",
+        "--budget-mib",
+        "1",
+        "--out",
+        &hot_s,
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no files found"), "{}", stderr(&o));
+    let o = engram(&[
+        "bench",
+        "--model",
+        &model,
+        "--prompt",
+        &prompt.to_string_lossy(),
+        "--prefill",
+        "200",
+        "--decode",
+        "4",
+        "--schedule",
+        "overlap",
+        "--hot",
+        &prompt.to_string_lossy(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("prompt.txt: magic"), "{}", stderr(&o));
+}

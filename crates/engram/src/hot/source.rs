@@ -1,0 +1,101 @@
+//! [`HotSource`]: a [`RowSource`] that serves hot rows from memory and
+//! forwards the rest to the source it wraps (the row cache, then storage).
+
+use std::sync::Arc;
+
+use super::HotSet;
+use crate::cache::read_through;
+use crate::io::{BatchStats, Priority, RowSource};
+use crate::{Error, Result};
+
+/// A hot tier in front of `inner`. Hot rows are not copied into the row
+/// cache behind it: they never miss, so caching them would only spend the
+/// cache's budget twice.
+pub struct HotSource<S> {
+    inner: S,
+    hot: Arc<HotSet>,
+}
+
+impl<S: RowSource> HotSource<S> {
+    /// Wraps `inner` with `hot`, after checking they agree on tables and
+    /// row sizes and that sampled hot rows equal `inner`'s
+    /// ([`HotSet::verify`]).
+    pub fn new(inner: S, hot: Arc<HotSet>) -> Result<HotSource<S>> {
+        if hot.tables().len() != inner.tables() {
+            return Err(Error::format(
+                hot.path(),
+                "tables",
+                format!(
+                    "{} tables of hot rows for a source of {}",
+                    hot.tables().len(),
+                    inner.tables()
+                ),
+            ));
+        }
+        for (t, table) in hot.tables().iter().enumerate() {
+            if table.row_bytes() != inner.row_bytes(t) {
+                return Err(Error::format(
+                    hot.path(),
+                    format!("table {t} row bytes"),
+                    format!(
+                        "hot rows of {} bytes for a source delivering {}",
+                        table.row_bytes(),
+                        inner.row_bytes(t)
+                    ),
+                ));
+            }
+        }
+        hot.verify(&inner)?;
+        Ok(HotSource { inner, hot })
+    }
+
+    /// The hot set.
+    pub fn hot(&self) -> &Arc<HotSet> {
+        &self.hot
+    }
+
+    /// The wrapped source.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: RowSource> RowSource for HotSource<S> {
+    fn name(&self) -> String {
+        format!("hot({})", self.inner.name())
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn table_rows(&self, table: usize) -> u64 {
+        self.inner.table_rows(table)
+    }
+
+    fn row_bytes(&self, table: usize) -> usize {
+        self.inner.row_bytes(table)
+    }
+
+    fn read_rows_at(
+        &self,
+        table: usize,
+        rows: &[u32],
+        out: &mut [u8],
+        priority: Priority,
+    ) -> Result<BatchStats> {
+        let hot = self.hot.table(table);
+        let through = read_through(
+            &self.inner,
+            table,
+            rows,
+            out,
+            priority,
+            |row| hot.and_then(|h| h.get(row)),
+            |_, _| {},
+        )?;
+        let mut stats = through.stats;
+        stats.hot_hits = through.hits;
+        Ok(stats)
+    }
+}
