@@ -1,0 +1,543 @@
+"""A real GPU host for engram: a PyTorch decoder whose Engram blocks consume
+the engine's rows, prefill then decode, under four schedules.
+
+The decoder has the model's layer count (43 for DeepSeek V4.1-Flash) and an
+Engram block at each of the model's Engram layer ids (the same block as the
+replay bench's ``cpu`` compute model: key and value projections of the
+token's rows, a sigmoid gate from the normalized hidden state and key, a
+short causal depthwise convolution); the other layers are attention + a
+SwiGLU MLP. Rows reach the GPU as a runtime would move them: the host waits
+for them into a pinned buffer (double-buffered per table), a side stream
+copies them with ``non_blocking=True`` and records an event, and the compute
+stream waits on that event right before the Engram block. In decode the host
+calls ``step_begin`` as soon as the sampled token is on the host.
+
+Schedules:
+  resident  the rows gathered on the GPU from a device copy (no storage): the floor
+  sync      the engine with prefetch off: rows read at the layer, then copied
+  overlap   the engine's pipeline (no row cache, no hints)
+  full      overlap + a row cache + draft hints (right with probability P)
+
+The final hidden states are hashed (blake2b of their bytes) per phase; the
+digest must be the same under every schedule.
+
+    python3 torch_host.py --model M.gguf --prompt FILE [--profile mac|flash|tiny]
+        [--prefill 8192] [--decode 500] [--sweep layer|chunk] [--cold] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import engram
+
+# Layer sizes. `mac`: sized so one decode layer takes about the stand-in's
+# `m4-max-ds4` 0.87 ms on an H200 (decode reads ~3.7 GB of weights per layer;
+# one weight set is shared by every layer so 43 layers fit in memory: the
+# per-layer time, which is what matters here, is the same either way since
+# no layer's weights stay in the 60 MB L2). `flash`: DeepSeek V4.1-Flash's
+# active path approximated densely: d_model 4096, attention 32 x 128, and a
+# SwiGLU MLP of 14,336 (6 routed + 1 shared expert of 2,048), distinct
+# weights per layer (~10.5 B parameters). `tiny`: CPU tests.
+PROFILES = {
+    "mac": dict(dim=8192, heads=64, ffn=65536, shared=True),
+    "flash": dict(dim=4096, heads=32, ffn=14336, shared=False),
+    "tiny": dict(dim=64, heads=4, ffn=128, shared=False),
+}
+CONV_TAPS = 4
+ROW_DIM = 256
+SCHEDULES = ("resident", "sync", "overlap", "full")
+
+
+def rmsnorm(x: torch.Tensor) -> torch.Tensor:
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+
+
+class Weights:
+    """Random weights drawn from a seeded generator on the target device."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, seed: int):
+        self.device, self.dtype = device, dtype
+        self.gen = torch.Generator(device=device)
+        self.gen.manual_seed(seed)
+
+    def matrix(self, rows: int, cols: int) -> torch.Tensor:
+        w = torch.randn(rows, cols, generator=self.gen, device=self.device, dtype=torch.float32)
+        return (w * (1.0 / math.sqrt(cols))).to(self.dtype)
+
+
+class Layer:
+    """Attention + SwiGLU MLP, with an Engram block in front where the model
+    has one. Keeps its own KV cache and convolution history."""
+
+    def __init__(self, core: dict, engram_table: int | None, rows_per_token: int,
+                 w: Weights, dim: int, heads: int, max_len: int):
+        self.core, self.table, self.heads, self.dim = core, engram_table, heads, dim
+        head_dim = dim // heads
+        self.k_cache = torch.zeros(heads, max_len, head_dim, device=w.device, dtype=w.dtype)
+        self.v_cache = torch.zeros_like(self.k_cache)
+        self.length = 0
+        if engram_table is not None:
+            cols = rows_per_token * ROW_DIM
+            self.wk, self.wv = w.matrix(dim, cols), w.matrix(dim, cols)
+            self.taps = w.matrix(CONV_TAPS, dim) * math.sqrt(dim / CONV_TAPS)
+            self.history = torch.zeros(CONV_TAPS - 1, dim, device=w.device, dtype=w.dtype)
+
+    def engram(self, h: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """rows: (T, rows_per_token, 256) float32 on the device."""
+        flat = rows.reshape(rows.shape[0], -1).to(h.dtype)
+        key, value = flat @ self.wk.T, flat @ self.wv.T
+        gate = torch.sigmoid((rmsnorm(h).float() * rmsnorm(key).float()).sum(-1, keepdim=True)
+                             / math.sqrt(self.dim)).to(h.dtype)
+        gated = torch.cat([self.history, gate * value])
+        t = h.shape[0]
+        out = sum(self.taps[j] * gated[CONV_TAPS - 1 - j: CONV_TAPS - 1 - j + t]
+                  for j in range(CONV_TAPS))
+        self.history = gated[-(CONV_TAPS - 1):]
+        return h + out
+
+    def forward(self, h: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+        if self.table is not None:
+            h = self.engram(h, rows)
+        c = self.core
+        t, start = h.shape[0], self.length
+        q, k, v = (rmsnorm(h) @ c["wqkv"].T).split(self.dim, dim=-1)
+        shape = (t, self.heads, self.dim // self.heads)
+        q, k, v = (x.reshape(shape).transpose(0, 1) for x in (q, k, v))
+        self.k_cache[:, start:start + t] = k
+        self.v_cache[:, start:start + t] = v
+        self.length = end = start + t
+        keys, values = self.k_cache[:, :end], self.v_cache[:, :end]
+        if t == 1:
+            att = F.scaled_dot_product_attention(q, keys, values)
+        else:
+            pos = torch.arange(start, end, device=h.device)
+            mask = torch.arange(end, device=h.device)[None, :] <= pos[:, None]
+            att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        h = h + att.transpose(0, 1).reshape(t, self.dim) @ c["wo"].T
+        gate_up = rmsnorm(h) @ c["w13"].T
+        gate, up = gate_up.chunk(2, dim=-1)
+        return h + (F.silu(gate) * up) @ c["w2"].T
+
+
+class Decoder:
+    def __init__(self, profile: dict, layers: int, engram_layers: dict[int, int],
+                 rows_per_token: int, device: torch.device, max_len: int, seed: int = 7):
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        w = Weights(device, dtype, seed)
+        dim, heads, ffn = profile["dim"], profile["heads"], profile["ffn"]
+
+        def core():
+            return {"wqkv": w.matrix(3 * dim, dim), "wo": w.matrix(dim, dim),
+                    "w13": w.matrix(2 * ffn, dim), "w2": w.matrix(dim, ffn)}
+
+        shared = core() if profile["shared"] else None
+        self.layers = [Layer(shared or core(), engram_layers.get(i), rows_per_token, w,
+                             dim, heads, max_len) for i in range(layers)]
+        self.embed = w.matrix(4096, dim)
+        self.head = w.matrix(1024, dim)
+        self.device, self.dtype, self.dim = device, dtype, dim
+
+    def embed_tokens(self, tokens: np.ndarray) -> torch.Tensor:
+        idx = torch.from_numpy(tokens.astype(np.int64) % self.embed.shape[0]).to(self.device)
+        return self.embed[idx]
+
+
+@dataclass
+class Rows:
+    """How one schedule delivers a table's rows for tokens [lo, hi) to the
+    compute stream: waits on the host, copies on a side stream."""
+
+    host: "Host"
+    slots: dict = field(default_factory=dict)
+
+    def buffers(self, table: int, tokens: int):
+        key = (table, tokens)
+        if key not in self.slots:
+            h = self.host
+            shape = (tokens, h.rows_per_token, ROW_DIM)
+            pin = h.device.type == "cuda"
+            self.slots[key] = {
+                "next": 0,
+                "host": [torch.empty(shape, dtype=torch.float32, pin_memory=pin) for _ in range(2)],
+                "dev": [torch.empty(shape, dtype=torch.float32, device=h.device) for _ in range(2)],
+                "copied": [None, None],
+                "consumed": [None, None],
+            }
+        return self.slots[key]
+
+
+class Host:
+    """Runs one schedule over a prompt: prefill (layer or chunk sweep), then
+    teacher-forced decode steps."""
+
+    def __init__(self, args, schedule: str, info, tokens: np.ndarray, ids: np.ndarray, rows_gpu):
+        self.args, self.schedule, self.tokens, self.ids = args, schedule, tokens, ids
+        self.device = torch.device(args.device)
+        self.rows_per_token = info.rows_per_token
+        self.engram_layers = {layer: t for t, layer in enumerate(info.layer_ids)}
+        self.resident = rows_gpu
+        cuda = self.device.type == "cuda"
+        self.compute = torch.cuda.current_stream() if cuda else None
+        self.copy = torch.cuda.Stream() if cuda else None
+        self.gpu_wait = []  # (start, end) CUDA events around the compute stream's waits
+        self.model = Decoder(PROFILES[args.profile], args.layers, self.engram_layers,
+                             info.rows_per_token, self.device, args.prefill + args.decode + 1)
+        self.rows = Rows(self)
+
+    # --- row delivery -------------------------------------------------
+    def deliver(self, table: int, lo: int, hi: int, wait_into) -> torch.Tensor:
+        """Rows of `table` for tokens [lo, hi) on the device, ordered after
+        the copy on the compute stream."""
+        if self.schedule == "resident":
+            index, rows = self.resident[table]
+            return rows[index[lo:hi]]
+        b = self.rows.buffers(table, hi - lo)
+        slot = b["next"]
+        b["next"] ^= 1
+        if b["copied"][slot] is not None:
+            b["copied"][slot].synchronize()  # the host buffer's last copy is done
+        wait_into(b["host"][slot].numpy())
+        if self.copy is None:
+            b["dev"][slot].copy_(b["host"][slot])
+            return b["dev"][slot]
+        with torch.cuda.stream(self.copy):
+            if b["consumed"][slot] is not None:
+                self.copy.wait_event(b["consumed"][slot])
+            b["dev"][slot].copy_(b["host"][slot], non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record(self.copy)
+        b["copied"][slot] = copied
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(self.compute)
+        self.compute.wait_event(copied)
+        end.record(self.compute)
+        self.gpu_wait.append((start, end))
+        consumed = torch.cuda.Event()
+        b["pending"] = (slot, consumed)
+        return b["dev"][slot]
+
+    def consumed(self, table: int, tokens: int):
+        b = self.rows.slots.get((table, tokens))
+        if b and "pending" in b and self.compute is not None:
+            slot, ev = b.pop("pending")
+            ev.record(self.compute)
+            b["consumed"][slot] = ev
+
+    def layer(self, i: int, h: torch.Tensor, lo: int, hi: int, wait_into) -> torch.Tensor:
+        table = self.engram_layers.get(i)
+        rows = None
+        if table is not None:
+            rows = self.deliver(table, lo, hi, lambda out: wait_into(table, out))
+        h = self.model.layers[i].forward(h, rows)
+        if table is not None:
+            self.consumed(table, hi - lo)
+        return h
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    # --- phases ------------------------------------------------------
+    def prefill(self, seq) -> dict:
+        n, ub = self.args.prefill, self.args.ubatch
+        chunks = [(lo, min(lo + ub, n)) for lo in range(0, n, ub)]
+        prompt = self.tokens[:n]
+        self.sync()
+        started = time.perf_counter()
+        pf = seq.prefill(prompt) if seq is not None else None
+
+        def wait_into(table, out, hi):
+            pf.wait_into(table, hi, out)
+
+        hidden = {c: self.model.embed_tokens(prompt[c[0]:c[1]]) for c in chunks}
+        order = ([(i, c) for i in range(len(self.model.layers)) for c in chunks]
+                 if self.args.sweep == "layer"
+                 else [(i, c) for c in chunks for i in range(len(self.model.layers))])
+        for i, (lo, hi) in order:
+            hidden[(lo, hi)] = self.layer(i, hidden[(lo, hi)], lo, hi,
+                                          lambda t, out, hi=hi: wait_into(t, out, hi))
+        final = torch.cat([hidden[c] for c in chunks])
+        digest = hashlib.blake2b(final.float().cpu().numpy().tobytes(), digest_size=16)
+        wall = time.perf_counter() - started
+        if pf is not None:
+            pf.end()
+        return {"wall_s": wall, "tok_s": n / wall, "checksum": digest.hexdigest()}
+
+    def decode(self, seq) -> dict:
+        n, k = self.args.prefill, self.args.decode
+        drafts = random.Random(self.args.seed)
+        vocab = self.args.vocab
+        digest = hashlib.blake2b(digest_size=16)
+        step_s = []
+        self.sync()
+        started = time.perf_counter()
+        for s in range(k):
+            t0 = time.perf_counter()
+            pos = n + s
+            token = int(self.tokens[pos])
+            if seq is not None:
+                seq.step_begin(token)  # the token is on the host: reads start now
+                if self.schedule == "full" and pos + 1 < len(self.tokens):
+                    right = drafts.random() < self.args.draft
+                    guess = int(self.tokens[pos + 1]) if right else drafts.randrange(vocab)
+                    seq.hint([guess])
+            h = self.model.embed_tokens(self.tokens[pos:pos + 1])
+            for i in range(len(self.model.layers)):
+                h = self.layer(i, h, pos, pos + 1,
+                               lambda t, out: seq.step_wait_into(t, out))
+            logits = rmsnorm(h) @ self.model.head.T
+            _sampled = int(logits.argmax())  # the sampling sync of a real runtime
+            digest.update(h.float().cpu().numpy().tobytes())
+            step_s.append(time.perf_counter() - t0)
+        wall = time.perf_counter() - started
+        return {"wall_s": wall, "tok_s": k / wall if k else 0.0,
+                "step_ms_p50": 1e3 * statistics.median(step_s) if step_s else 0.0,
+                "checksum": digest.hexdigest()}
+
+    def gpu_wait_ms(self) -> float:
+        self.sync()
+        total = sum(a.elapsed_time(b) for a, b in self.gpu_wait)
+        self.gpu_wait.clear()
+        return total
+
+
+def engine_threads_cpu_s() -> float:
+    """CPU time (user + system) of the engine's reader threads, Linux only."""
+    total = 0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                if not (name.startswith("engram-") or name.startswith("iou-")):
+                    continue
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+            except OSError:
+                continue
+    except OSError:
+        return float("nan")
+    return total / tick
+
+
+def evict(path: str):
+    """Drops the model's files from the page cache (Linux), so reads are cold."""
+    files = [path] if os.path.isfile(path) else [
+        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+    for name in files:
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def load_tokens(args) -> np.ndarray:
+    if args.tokens:
+        with open(args.tokens) as f:
+            return np.asarray(json.load(f), dtype=np.uint32)
+    from tokenizers import Tokenizer
+    with gzip.open(args.tokenizer, "rt", encoding="utf-8") as f:
+        tok = Tokenizer.from_str(f.read())
+    with open(args.prompt, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    return np.asarray(tok.encode(text, add_special_tokens=False).ids, dtype=np.uint32)
+
+
+def resident_rows(args, engine, ids: np.ndarray, device):
+    """Per table: the distinct rows the run needs, read once (untimed) and
+    kept on the device, plus each token's index into them."""
+    out = []
+    for table in range(ids.shape[1]):
+        flat = ids[:, table, :].reshape(-1)
+        uniq, inverse = np.unique(flat, return_inverse=True)
+        rows = engine.rows(table, uniq, format="f32")
+        dev = torch.from_numpy(np.ascontiguousarray(rows)).to(device)
+        index = torch.from_numpy(inverse.reshape(ids.shape[0], ids.shape[2]).astype(np.int64))
+        out.append((index.to(device), dev))
+    return out
+
+
+def stall_summary(phase: dict) -> dict:
+    """The engine's stall report of one phase (``Sequence.stall``): per token
+    summed over the tables, and each table's total."""
+    total = phase.get("stall_per_token_total") or {}
+    return {
+        "per_token_us": {k: total.get(k) for k in ("count", "mean_us", "p50_us", "p90_us",
+                                                    "p99_us", "max_us")},
+        "per_table_s": [t.get("stall_total_us", 0.0) / 1e6 for t in phase.get("tables", [])],
+        "rows_from_storage": sum(t.get("rows_unique", 0) - t.get("cache_hits", 0)
+                                 - t.get("hot_hits", 0) for t in phase.get("tables", [])),
+    }
+
+
+def run_schedule(args, schedule: str, tokens, ids, rows_gpu, info) -> dict:
+    torch.manual_seed(0)
+    host = Host(args, schedule, info, tokens, ids, rows_gpu)
+    engine = None
+    seq = None
+    if schedule != "resident":
+        if args.cold:
+            evict(args.model)
+        engine = engram.open(args.model, format="f32", direct=args.direct,
+                             prefetch=schedule != "sync",
+                             cache_bytes=args.cache_mib << 20 if schedule == "full" else 0)
+        seq = engine.sequence()
+    cpu0 = engine_threads_cpu_s()
+    prefill = host.prefill(seq)
+    prefill["gpu_wait_ms"] = host.gpu_wait_ms() if host.copy is not None else None
+    cpu1 = engine_threads_cpu_s()
+    decode = host.decode(seq)
+    decode["gpu_wait_ms"] = host.gpu_wait_ms() if host.copy is not None else None
+    cpu2 = engine_threads_cpu_s()
+    result = {"schedule": schedule, "prefill": prefill, "decode": decode}
+    if seq is not None:
+        prefill["stall"] = stall_summary(seq.stall("prefill"))
+        decode["stall"] = stall_summary(seq.stall("decode"))
+        prefill["engine_cpu_us_per_token"] = 1e6 * (cpu1 - cpu0) / max(args.prefill, 1)
+        decode["engine_cpu_us_per_token"] = 1e6 * (cpu2 - cpu1) / max(args.decode, 1)
+        seq.close()
+        engine.close()
+    del host
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return result
+
+
+def spread(values: list) -> dict:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(values), "min": values[0], "max": values[-1]}
+
+
+def summarize(runs: dict, args) -> list:
+    """Per schedule: medians (and min-max) over the repeats, tok/s as a share
+    of `resident` taken within each repeat."""
+    floor = runs.get("resident")
+    rows = []
+    for schedule, rs in runs.items():
+        row = {"schedule": schedule}
+        for phase in ("prefill", "decode"):
+            tok = [r[phase]["tok_s"] for r in rs]
+            row[f"{phase}_tok_s"] = spread(tok)["median"]
+            if floor:
+                ratios = [r[phase]["tok_s"] / f[phase]["tok_s"] for r, f in zip(rs, floor)
+                          if f[phase]["tok_s"]]
+                sp = spread(ratios)
+                row[f"{phase}_of_resident"] = sp["median"]
+                row[f"{phase}_of_resident_min"] = sp["min"]
+                row[f"{phase}_of_resident_max"] = sp["max"]
+            if "stall" in rs[0][phase]:
+                per_token = [r[phase]["stall"]["per_token_us"] for r in rs]
+                for key in ("mean_us", "p50_us", "p99_us"):
+                    row[f"{phase}_stall_{key}"] = spread([p.get(key) for p in per_token])["median"]
+                tables = zip(*[r[phase]["stall"]["per_table_s"] for r in rs])
+                for t, values in enumerate(tables):
+                    row[f"{phase}_stall_table{t}_s"] = spread(list(values))["median"]
+                row[f"{phase}_engine_cpu_us_per_token"] = spread(
+                    [r[phase].get("engine_cpu_us_per_token") for r in rs])["median"]
+            if rs[0][phase].get("gpu_wait_ms") is not None:
+                row[f"{phase}_gpu_wait_ms"] = spread([r[phase]["gpu_wait_ms"] for r in rs])["median"]
+        rows.append(row)
+    if floor:
+        # The compute alone, per layer: for the replay bench's
+        # `--compute gpu:custom:PREFILL_US,DECODE_US,LAYERS`.
+        p = spread([r["prefill"]["tok_s"] for r in floor])["median"]
+        d = spread([r["decode"]["tok_s"] for r in floor])["median"]
+        rows.append({"schedule": "compute_profile",
+                     "prefill_us_per_token_layer": 1e6 / p / args.layers,
+                     "decode_us_per_layer": 1e6 / d / args.layers if d else 0.0,
+                     "layers": args.layers})
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--prompt", help="text file, tokenized with --tokenizer")
+    p.add_argument("--tokens", help="JSON list of token ids (instead of --prompt)")
+    p.add_argument("--tokenizer", default=os.path.join(
+        os.path.dirname(__file__), "..", "..", "..", "assets", "deepseek-v4", "tokenizer.json.gz"))
+    p.add_argument("--profile", choices=sorted(PROFILES), default="mac")
+    p.add_argument("--layers", type=int, default=43)
+    p.add_argument("--prefill", type=int, default=8192)
+    p.add_argument("--decode", type=int, default=500)
+    p.add_argument("--ubatch", type=int, default=512)
+    p.add_argument("--sweep", choices=("layer", "chunk"), default="layer")
+    p.add_argument("--schedule", default=",".join(SCHEDULES))
+    p.add_argument("--draft", type=float, default=0.79)
+    p.add_argument("--cache-mib", type=int, default=256)
+    p.add_argument("--direct", action="store_true")
+    p.add_argument("--cold", action="store_true")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args(argv)
+
+    tokens = load_tokens(args)
+    need = args.prefill + args.decode + 1
+    if len(tokens) < need:
+        p.error(f"the prompt has {len(tokens)} tokens; --prefill + --decode need {need}")
+    tokens = tokens[:need]
+    probe = engram.open(args.model, format="f32")
+    info = probe.info
+    args.vocab = info.vocab_size
+    ids = probe.sequence().row_ids(tokens)
+    rows_gpu = resident_rows(args, probe, ids, torch.device(args.device))
+    probe.close()
+
+    # Warm-up, untimed: kernels chosen and loaded, allocator primed.
+    warm = argparse.Namespace(**{**vars(args), "prefill": min(args.ubatch, args.prefill),
+                                 "decode": min(4, args.decode)})
+    run_schedule(warm, "resident", tokens, ids, rows_gpu, info)
+
+    schedules = args.schedule.split(",")
+    runs = {s: [] for s in schedules}
+    for repeat in range(args.repeat):  # interleaved: drift hits every schedule alike
+        for schedule in schedules:
+            r = run_schedule(args, schedule, tokens, ids, rows_gpu, info)
+            r["repeat"] = repeat
+            runs[schedule].append(r)
+            print(f"{schedule:9} prefill {r['prefill']['tok_s']:9.1f} tok/s "
+                  f"decode {r['decode']['tok_s']:8.2f} tok/s "
+                  f"checksums {r['prefill']['checksum'][:8]} {r['decode']['checksum'][:8]}",
+                  flush=True)
+    results = [r for s in schedules for r in runs[s]]
+    doc = {"args": dict(vars(args)), "results": results}
+    doc["summary"] = summarize(runs, args)
+    for row in doc["summary"]:
+        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in row.items()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+    sums = {(r["prefill"]["checksum"], r["decode"]["checksum"]) for r in results}
+    if len(sums) != 1:
+        print("checksums differ between schedules", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The PyTorch host (examples/torch_host.py) on CPU torch with tiny layers:
+every schedule's final hidden states hash the same, and the hash depends
+on the rows. Skipped where torch is not installed (CI does not install it;
+the device machine's runs are in docs/gpu.md)."""
+
+import argparse
+import json
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+import torch_host  # noqa: E402
+
+import engram  # noqa: E402
+
+
+def args_for(model, tokens_file, out, *more):
+    return ["--model", str(model), "--tokens", str(tokens_file), "--profile", "tiny",
+            "--layers", "16", "--prefill", "300", "--decode", "12", "--ubatch", "128",
+            "--device", "cpu", "--json", str(out), *more]
+
+
+@pytest.fixture
+def tokens_file(tmp_path):
+    rng = np.random.default_rng(5)
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps(rng.integers(0, 129280, 400).tolist()))
+    return path
+
+
+@pytest.mark.parametrize("sweep", ["layer", "chunk"])
+def test_every_schedule_hashes_alike(model, tokens_file, tmp_path, sweep):
+    out = tmp_path / "host.json"
+    assert torch_host.main(args_for(model, tokens_file, out, "--sweep", sweep)) == 0
+    doc = json.loads(out.read_text())
+    names = [r["schedule"] for r in doc["results"]]
+    assert names == list(torch_host.SCHEDULES)
+    assert len({r["prefill"]["checksum"] for r in doc["results"]}) == 1
+    assert len({r["decode"]["checksum"] for r in doc["results"]}) == 1
+    full = next(r for r in doc["results"] if r["schedule"] == "full")
+    assert full["decode"]["stall"]["per_token_us"]["count"] == 12
+
+
+def test_the_hash_depends_on_the_rows(model, tokens_file):
+    ns = argparse.Namespace(
+        model=str(model), tokens=str(tokens_file), profile="tiny", layers=16, prefill=300,
+        decode=12, ubatch=128, sweep="layer", draft=0.79, cache_mib=16, direct=False,
+        cold=False, seed=1, device="cpu", repeat=1)
+    tokens = torch_host.load_tokens(ns)[:313]
+    with engram.open(model) as probe:
+        info = probe.info
+        ns.vocab = info.vocab_size
+        ids = probe.sequence().row_ids(tokens)
+        rows = torch_host.resident_rows(ns, probe, ids, torch.device("cpu"))
+    base = torch_host.run_schedule(ns, "resident", tokens, ids, rows, info)
+    index, values = rows[1]
+    changed = [rows[0], (index, values * 2)]
+    other = torch_host.run_schedule(ns, "resident", tokens, ids, changed, info)
+    assert base["prefill"]["checksum"] != other["prefill"]["checksum"]
+    assert base["decode"]["checksum"] != other["decode"]["checksum"]
