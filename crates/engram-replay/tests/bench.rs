@@ -162,7 +162,7 @@ fn the_cpu_model_computes_the_same_output_under_every_schedule() {
     for sweep in [Sweep::Layer, Sweep::Chunk] {
         let report = bench_with(
             compute,
-            "sync,ds4,overlap,full",
+            "sync,ds4,ds4-linux,overlap,full",
             sweep,
             HintMode::Draft(0.5),
         );
