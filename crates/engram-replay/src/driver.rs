@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use engram::{Error, Result};
 
 use crate::compute::Compute;
+use crate::cputime;
+use crate::floor::WaitPoint;
 use crate::hints::{Drafter, HintMode};
 use crate::schedule::{PrefillRun, Schedule};
 
@@ -73,6 +75,15 @@ pub struct Measured {
     pub decode_compute: Duration,
     /// `step_stall[step][table]`.
     pub step_stall: Vec<Vec<Duration>>,
+    /// Every prefill wait, in order, with the forward pass's own time
+    /// before it (for the physical floor).
+    pub prefill_waits: Vec<WaitPoint>,
+    /// CPU time of the whole process (user + system, every thread) during
+    /// the prefill and during decode.
+    pub cpu: [Duration; 2],
+    /// CPU time the forward thread spent inside the compute model, prefill
+    /// and decode (subtracted from `cpu` for the schedule's own cost).
+    pub compute_cpu: [Duration; 2],
 }
 
 /// Runs the prefill of `prompt`, then one decode step per token of
@@ -90,19 +101,65 @@ pub fn replay(
         ..Measured::default()
     };
     if !prompt.is_empty() {
+        let cpu = cputime::process();
         let started = Instant::now();
-        compute.begin_prefill(prompt);
+        let mut charged = Duration::ZERO;
+        cputime::charged(&mut charged, || compute.begin_prefill(prompt));
         let mut run = schedule.prefill(prompt)?;
-        prefill(drive, run.as_mut(), compute, prompt.len(), &mut measured)?;
+        let mut timed = Timed {
+            compute,
+            cpu: charged,
+        };
+        prefill(
+            drive,
+            run.as_mut(),
+            &mut timed,
+            prompt.len(),
+            started,
+            &mut measured,
+        )?;
+        // Dropping the run joins its readers: their work is the prefill's.
         drop(run);
         measured.prefill_wall = started.elapsed();
+        measured.cpu[0] = cputime::process().saturating_sub(cpu);
+        measured.compute_cpu[0] = timed.cpu;
         measured.prefill_compute = compute.take_compute_time();
     }
+    let cpu = cputime::process();
     let started = Instant::now();
-    decode(drive, schedule, compute, continuation, &mut measured)?;
+    let mut timed = Timed {
+        compute,
+        cpu: Duration::ZERO,
+    };
+    decode(drive, schedule, &mut timed, continuation, &mut measured)?;
     measured.decode_wall = started.elapsed();
+    measured.cpu[1] = cputime::process().saturating_sub(cpu);
+    measured.compute_cpu[1] = timed.cpu;
     measured.decode_compute = compute.take_compute_time();
     Ok(measured)
+}
+
+/// The compute model with the forward thread's CPU time inside it counted.
+struct Timed<'a> {
+    compute: &'a mut dyn Compute,
+    cpu: Duration,
+}
+
+impl Timed<'_> {
+    fn prefill_layer(&mut self, layer: u32, range: std::ops::Range<usize>, rows: Option<&[f32]>) {
+        let compute = &mut *self.compute;
+        cputime::charged(&mut self.cpu, || compute.prefill_layer(layer, range, rows));
+    }
+
+    fn begin_step(&mut self, token: u32) {
+        let compute = &mut *self.compute;
+        cputime::charged(&mut self.cpu, || compute.begin_step(token));
+    }
+
+    fn step_layer(&mut self, layer: u32, rows: Option<&[f32]>) {
+        let compute = &mut *self.compute;
+        cputime::charged(&mut self.cpu, || compute.step_layer(layer, rows));
+    }
 }
 
 fn check_layers(drive: &Drive, compute: &dyn Compute) -> Result<()> {
@@ -123,8 +180,9 @@ fn check_layers(drive: &Drive, compute: &dyn Compute) -> Result<()> {
 fn prefill(
     drive: &Drive,
     run: &mut dyn PrefillRun,
-    compute: &mut dyn Compute,
+    compute: &mut Timed<'_>,
     tokens: usize,
+    started: Instant,
     measured: &mut Measured,
 ) -> Result<()> {
     let chunks: Vec<(usize, usize)> = (0..tokens)
@@ -132,7 +190,7 @@ fn prefill(
         .map(|start| (start, (start + drive.ubatch).min(tokens)))
         .collect();
     measured.chunk_stall = vec![Duration::ZERO; chunks.len()];
-    let layers = compute.layers();
+    let layers = compute.compute.layers();
     let pairs: Vec<(u32, usize)> = match drive.sweep {
         Sweep::Layer => (0..layers)
             .flat_map(|l| (0..chunks.len()).map(move |c| (l, c)))
@@ -141,13 +199,20 @@ fn prefill(
             .flat_map(|c| (0..layers).map(move |l| (l, c)))
             .collect(),
     };
-    let mut rows = compute.wants_rows().then(Vec::new);
+    let mut rows = compute.compute.wants_rows().then(Vec::new);
+    let mut stalled = Duration::ZERO;
     for (layer, c) in pairs {
         let (start, end) = chunks[c];
         run.layer_start(layer, start as u32)?;
         let engram = drive.engram_layers.iter().position(|&l| l == layer);
         if let Some(table) = engram {
+            measured.prefill_waits.push(WaitPoint {
+                table,
+                upto: end as u32,
+                before: started.elapsed().saturating_sub(stalled),
+            });
             let stall = run.wait(table, end as u32, rows.as_mut())?;
+            stalled += stall;
             measured.prefill_stall_table[table] += stall;
             measured.chunk_stall[c] += stall;
         }
@@ -163,7 +228,7 @@ fn prefill(
 fn decode(
     drive: &Drive,
     schedule: &mut dyn Schedule,
-    compute: &mut dyn Compute,
+    compute: &mut Timed<'_>,
     continuation: &[u32],
     measured: &mut Measured,
 ) -> Result<()> {
@@ -172,7 +237,7 @@ fn decode(
         HintMode::Draft(p) => Some(Drafter::new(drive.seed, p, drive.vocab)),
         _ => None,
     };
-    let mut rows = compute.wants_rows().then(Vec::new);
+    let mut rows = compute.compute.wants_rows().then(Vec::new);
     for (i, &token) in continuation.iter().enumerate() {
         let mut stall = vec![Duration::ZERO; tables];
         compute.begin_step(token);
@@ -180,7 +245,7 @@ fn decode(
         if let (Some(drafter), Some(&next)) = (drafter.as_mut(), continuation.get(i + 1)) {
             schedule.hint(&[drafter.guess(next)])?;
         }
-        for layer in 0..compute.layers() {
+        for layer in 0..compute.compute.layers() {
             let engram = drive.engram_layers.iter().position(|&l| l == layer);
             if let Some(table) = engram {
                 stall[table] += schedule.step_wait(table, rows.as_mut())?;
