@@ -73,6 +73,21 @@ impl Default for BenchConfig {
     }
 }
 
+impl BenchConfig {
+    /// Checks the settings that need no model: repeats, device mode.
+    pub fn validate(&self) -> Result<()> {
+        if self.repeat == 0 {
+            return Err(Error::InvalidArgument("--repeat must be at least 1".into()));
+        }
+        if self.schedules.is_empty() {
+            return Err(Error::InvalidArgument(
+                "--schedule names no schedule".into(),
+            ));
+        }
+        self.device.validate()
+    }
+}
+
 /// What the benchmark tells its caller as it goes.
 #[derive(Debug, Clone, Copy)]
 pub enum Progress<'a> {
@@ -100,9 +115,7 @@ pub fn run_bench(
     config: &BenchConfig,
     mut progress: impl FnMut(Progress<'_>),
 ) -> Result<Report> {
-    if config.repeat == 0 {
-        return Err(Error::InvalidArgument("--repeat must be at least 1".into()));
-    }
+    config.validate()?;
     if prompts.is_empty() {
         return Err(Error::InvalidArgument("the benchmark has no prompt".into()));
     }

@@ -53,6 +53,25 @@ pub enum DeviceMode {
 }
 
 impl DeviceMode {
+    /// Checks the IOPS or the measurement length is usable.
+    pub fn validate(&self) -> Result<()> {
+        match *self {
+            DeviceMode::Iops(iops) if !(iops.is_finite() && iops > 0.0) => {
+                Err(Error::InvalidArgument(format!(
+                    "--device-iops {iops}: expected a positive number of reads per second"
+                )))
+            }
+            DeviceMode::Measure { seconds, .. }
+                if !(seconds.is_finite() && seconds > 0.0 && seconds <= 600.0) =>
+            {
+                Err(Error::InvalidArgument(format!(
+                    "--device-seconds {seconds}: expected more than 0 and at most 600"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Measure for 3 s, cached in [`default_cache`].
     pub fn default_measure() -> DeviceMode {
         DeviceMode::Measure {
@@ -198,14 +217,10 @@ pub fn probe(
     mode: &DeviceMode,
     mut note: impl FnMut(&str),
 ) -> Result<Option<DeviceReport>> {
+    mode.validate()?;
     let (seconds, cache) = match mode {
         DeviceMode::Off => return Ok(None),
         DeviceMode::Iops(iops) => {
-            if !(iops.is_finite() && *iops > 0.0) {
-                return Err(Error::InvalidArgument(format!(
-                    "--device-iops {iops}: expected a positive number of reads per second"
-                )));
-            }
             return Ok(Some(DeviceReport {
                 iops: *iops,
                 depth,
@@ -217,11 +232,6 @@ pub fn probe(
         }
         DeviceMode::Measure { seconds, cache } => (*seconds, cache.as_deref()),
     };
-    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 600.0) {
-        return Err(Error::InvalidArgument(format!(
-            "--device-seconds {seconds}: expected more than 0 and at most 600"
-        )));
-    }
     let key = identity(model, depth)?;
     if let Some(found) = cache.and_then(|c| load(c).remove(&key)) {
         return Ok(Some(DeviceReport {

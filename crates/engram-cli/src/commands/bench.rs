@@ -148,6 +148,7 @@ pub fn run(args: &Args) -> Result<()> {
         eprintln!("pinned to cores {cores:?}");
     }
     let config = args.config()?;
+    config.validate()?;
     let model = Model::open(&args.model)?;
     let prompts = args.prompts()?;
     let report = run_bench(&model, &args.model, &prompts, &config, |event| {
