@@ -76,7 +76,7 @@ pub struct FloorReport {
 /// The least total stall over `waits` (in the order they happened) on a
 /// device serving `iops` reads per second, each unique row one read.
 pub fn floor_seconds(waits: &[WaitPoint], unique: &UniqueRows, iops: f64) -> f64 {
-    if !(iops > 0.0) {
+    if iops.is_nan() || iops <= 0.0 {
         return 0.0;
     }
     let mut upto = vec![0u32; unique.per_table.len()];
