@@ -75,7 +75,7 @@ pub struct Measured {
     pub decode_compute: Duration,
     /// `step_stall[step][table]`.
     pub step_stall: Vec<Vec<Duration>>,
-    /// Every prefill wait, in order, with the forward pass's own time
+    /// Every prefill wait, in order, with the compute model's wall time
     /// before it (for the physical floor).
     pub prefill_waits: Vec<WaitPoint>,
     /// CPU time of the whole process (user + system, every thread) during
@@ -109,15 +109,9 @@ pub fn replay(
         let mut timed = Timed {
             compute,
             cpu: charged,
+            wall: Duration::ZERO,
         };
-        prefill(
-            drive,
-            run.as_mut(),
-            &mut timed,
-            prompt.len(),
-            started,
-            &mut measured,
-        )?;
+        prefill(drive, run.as_mut(), &mut timed, prompt.len(), &mut measured)?;
         // Dropping the run joins its readers: their work is the prefill's.
         drop(run);
         measured.prefill_wall = started.elapsed();
@@ -130,6 +124,7 @@ pub fn replay(
     let mut timed = Timed {
         compute,
         cpu: Duration::ZERO,
+        wall: Duration::ZERO,
     };
     decode(drive, schedule, &mut timed, continuation, &mut measured)?;
     measured.decode_wall = started.elapsed();
@@ -139,16 +134,20 @@ pub fn replay(
     Ok(measured)
 }
 
-/// The compute model with the forward thread's CPU time inside it counted.
+/// The compute model with the forward thread's CPU time inside it counted
+/// (and, in prefill, its wall time, which the floor subtracts).
 struct Timed<'a> {
     compute: &'a mut dyn Compute,
     cpu: Duration,
+    wall: Duration,
 }
 
 impl Timed<'_> {
     fn prefill_layer(&mut self, layer: u32, range: std::ops::Range<usize>, rows: Option<&[f32]>) {
         let compute = &mut *self.compute;
+        let started = Instant::now();
         cputime::charged(&mut self.cpu, || compute.prefill_layer(layer, range, rows));
+        self.wall += started.elapsed();
     }
 
     fn begin_step(&mut self, token: u32) {
@@ -182,7 +181,6 @@ fn prefill(
     run: &mut dyn PrefillRun,
     compute: &mut Timed<'_>,
     tokens: usize,
-    started: Instant,
     measured: &mut Measured,
 ) -> Result<()> {
     let chunks: Vec<(usize, usize)> = (0..tokens)
@@ -200,7 +198,6 @@ fn prefill(
             .collect(),
     };
     let mut rows = compute.compute.wants_rows().then(Vec::new);
-    let mut stalled = Duration::ZERO;
     for (layer, c) in pairs {
         let (start, end) = chunks[c];
         run.layer_start(layer, start as u32)?;
@@ -209,10 +206,9 @@ fn prefill(
             measured.prefill_waits.push(WaitPoint {
                 table,
                 upto: end as u32,
-                before: started.elapsed().saturating_sub(stalled),
+                before: compute.wall,
             });
             let stall = run.wait(table, end as u32, rows.as_mut())?;
-            stalled += stall;
             measured.prefill_stall_table[table] += stall;
             measured.chunk_stall[c] += stall;
         }
@@ -392,6 +388,14 @@ mod tests {
             [Duration::from_millis(8), Duration::from_millis(12)]
         );
         assert_eq!(m.prefill_stall_table, [Duration::from_millis(10); 2]);
+        // Every wait is recorded for the floor, in order, with the compute
+        // before it (it only grows).
+        let waits: Vec<(usize, u32)> = m.prefill_waits.iter().map(|w| (w.table, w.upto)).collect();
+        assert_eq!(waits, [(0, 4), (0, 6), (1, 4), (1, 6)]);
+        assert!(m
+            .prefill_waits
+            .windows(2)
+            .all(|w| w[0].before <= w[1].before));
     }
 
     #[test]

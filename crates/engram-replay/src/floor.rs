@@ -7,8 +7,8 @@
 //! device's full rate, and starts at time 0. The wait `j` needs `R_j` unique
 //! rows (of every table waited on so far, as far as each was waited for);
 //! they cannot be there before `R_j / IOPS`. The forward pass reaches wait
-//! `j` after `C_j` of its own time (compute and whatever else is not a
-//! wait) plus the stall before it, so the least total stall is
+//! `j` after `C_j` of compute (the compute model's wall time in the layers
+//! run before it) plus the stall before it, so the least total stall is
 //! `max(0, max_j (R_j / IOPS - C_j))`. Under either sweep the first table's
 //! waits dominate: its rows are needed after one or two layers of compute.
 
@@ -24,8 +24,8 @@ pub struct WaitPoint {
     pub table: usize,
     /// Tokens `0..upto` of that table are needed.
     pub upto: u32,
-    /// The forward pass's own time before the wait: wall time since the
-    /// prefill started minus the stall of earlier waits.
+    /// The compute before the wait: the compute model's wall time in the
+    /// layers run before it.
     pub before: Duration,
 }
 
