@@ -86,6 +86,7 @@ fn bad_arguments_are_named() {
         "0",
         "--compute",
         "gpu:custom:1,1,10",
+        "--no-floor",
     ]);
     assert!(e.contains("Engram layer 14"), "{e}");
     assert!(run(&["--repeat", "0"]).contains("--repeat"));
