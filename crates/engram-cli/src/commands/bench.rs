@@ -157,10 +157,13 @@ pub fn run(args: &Args) -> Result<()> {
     finish(&report, args.json, args.plot.as_deref())
 }
 
-/// Tells stderr what the benchmark is doing.
+/// Tells stderr what the benchmark is doing. A stderr that cannot be
+/// written (a full disk under a redirect) must not end a long run, so
+/// errors are ignored instead of panicking as `eprintln!` would.
 pub fn say(event: Progress<'_>, prompts: usize, repeat: usize) {
-    match event {
-        Progress::Note(note) => eprintln!("{note}"),
+    use std::io::Write;
+    let line = match event {
+        Progress::Note(note) => note.to_string(),
         Progress::Run {
             prompt,
             repeat: r,
@@ -173,9 +176,10 @@ pub fn say(event: Progress<'_>, prompts: usize, repeat: usize) {
             if repeat > 1 {
                 at.push_str(&format!("repeat {}/{repeat}: ", r + 1));
             }
-            eprintln!("{at}running {schedule} ...");
+            format!("{at}running {schedule} ...")
         }
-    }
+    };
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Prints the report (table or JSON) and writes the plot (of the first
