@@ -21,8 +21,13 @@
 # schedule and prompt. COMPUTE defaults to gpu:custom:4.225,108.6: prefill
 # 16x and decode 8x faster than ds4 on an M4 Max (67.6 us per token per
 # layer and 869 us per layer), a GPU far faster than the Mac, which asks
-# more of the readers. About 7 minutes with the defaults; the script
-# prints the time of every part.
+# more of the readers. With the defaults (3 schedules, 1 prompt) the
+# compute alone sums to 176 s per --cores setting (layer8k 9 x 6.16 s,
+# chunk8k 9 x 1.49 s, layer64k 9 x 11.9 s), plus the stalls, the synth (30 s
+# here at 870 MB/s) and a 3 s device measurement: an estimate of 7 minutes,
+# not yet measured on the device. The script prints the time of every part.
+# A dry run here: SCALE=4096 SHORT_PREFILL=600 LONG_PREFILL=1200 DECODE=10
+# REPEAT=2 CORES="1 2" COMPUTE=gpu:custom:1,20 took 19 s.
 set -euo pipefail
 
 bin=${1:?usage: device-bench.sh ENGRAM_BIN CORPUS_DIR}
