@@ -6,7 +6,7 @@
 //! The pieces: [`compute`] (what stands in for the forward pass),
 //! [`schedule`] (how rows reach it: `sync`, `ds4`, `overlap`, `full`),
 //! [`driver`] (the replay loop: prefill sweeps, decode steps, hints),
-//! [`bench`] (every schedule in turn, cold, repeated, over a corpus),
+//! [`bench`](mod@bench) (every schedule in turn, cold, repeated, over a corpus),
 //! [`report`] (the JSON document and the terminal table), [`summary`]
 //! (medians, spreads, ratios), [`floor`] and [`device`] (the physical floor
 //! and the device rate it divides by), [`cputime`] (CPU cost), [`cores`]
