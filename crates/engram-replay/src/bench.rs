@@ -231,13 +231,24 @@ fn run_one(
     })
 }
 
-/// Per table, the unique rows of every prefix of `prompt`.
+/// Per table, the unique reads of every prefix of `prompt`: rows whose
+/// bytes start in the same 4 KiB page of the table's file are one read.
 fn unique_rows(model: &Model, prompt: &[u32]) -> Result<UniqueRows> {
     let hasher = Hasher::new(&model.layout)?;
     let mut history = hasher.new_history();
     let mut ids = Vec::new();
     hasher.hash(&mut history, prompt, None, &mut ids)?;
-    Ok(UniqueRows::of(&ids, model.tables.len(), hasher.columns()))
+    let page = |table: usize, row: u32| {
+        model.tables.get(table).map_or(u64::from(row), |t| {
+            (t.offset + u64::from(row) * u64::from(t.row_bytes)) / engram::io::PAGE
+        })
+    };
+    Ok(UniqueRows::of_reads(
+        &ids,
+        model.tables.len(),
+        hasher.columns(),
+        page,
+    ))
 }
 
 /// Drops every table file's cached pages.

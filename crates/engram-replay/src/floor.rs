@@ -3,10 +3,11 @@
 //! each wait in the sweep that ran.
 //!
 //! A perfect scheduler knows every row id from the start, reads each unique
-//! row once (whole-prompt dedup), in the order the waits need them, at the
-//! device's full rate, and starts at time 0. The wait `j` needs `R_j` unique
-//! rows (of every table waited on so far, as far as each was waited for);
-//! they cannot be there before `R_j / IOPS`. The forward pass reaches wait
+//! row once (whole-prompt dedup; rows whose bytes start in the same 4 KiB
+//! page in one read, as the engine's page coalescing does), in the order the
+//! waits need them, at the device's full rate, and starts at time 0. The wait
+//! `j` needs `R_j` unique reads (of every table waited on so far, as far as
+//! each was waited for); they cannot be there before `R_j / IOPS`. The forward pass reaches wait
 //! `j` after `C_j` of compute (the compute model's wall time in the layers
 //! run before it) plus the stall before it, so the least total stall is
 //! `max(0, max_j (R_j / IOPS - C_j))`. Under either sweep the first table's
@@ -29,15 +30,27 @@ pub struct WaitPoint {
     pub before: Duration,
 }
 
-/// Per table, how many unique rows tokens `0..n` need, for each `n`.
+/// Per table, how many unique reads tokens `0..n` need, for each `n`.
 #[derive(Debug, Clone, Default)]
 pub struct UniqueRows {
     per_table: Vec<Vec<u64>>,
 }
 
 impl UniqueRows {
-    /// From the row ids of a prompt, `[token][table][column]`.
+    /// From the row ids of a prompt, `[token][table][column]`, one read per
+    /// unique row.
     pub fn of(ids: &[u32], tables: usize, columns: usize) -> UniqueRows {
+        UniqueRows::of_reads(ids, tables, columns, |_, row| u64::from(row))
+    }
+
+    /// As [`UniqueRows::of`], rows of one table with the same `read(table,
+    /// row)` key (the 4 KiB page their bytes start in) counted as one read.
+    pub fn of_reads(
+        ids: &[u32],
+        tables: usize,
+        columns: usize,
+        read: impl Fn(usize, u32) -> u64,
+    ) -> UniqueRows {
         let per_token = tables * columns;
         let tokens = ids.len().checked_div(per_token).unwrap_or(0);
         let mut per_table = vec![Vec::with_capacity(tokens + 1); tables];
@@ -46,14 +59,14 @@ impl UniqueRows {
             counts.push(0);
             for token in ids.chunks_exact(per_token) {
                 let row = &token[t * columns..(t + 1) * columns];
-                let new = row.iter().filter(|&&id| seen.insert(id)).count() as u64;
+                let new = row.iter().filter(|&&id| seen.insert(read(t, id))).count() as u64;
                 counts.push(counts.last().copied().unwrap_or(0) + new);
             }
         }
         UniqueRows { per_table }
     }
 
-    /// Unique rows tokens `0..upto` of `table` need (clamped to the prompt).
+    /// Unique reads tokens `0..upto` of `table` need (clamped to the prompt).
     pub fn upto(&self, table: usize, upto: u32) -> u64 {
         self.per_table.get(table).map_or(0, |c| {
             c.get(upto as usize).or(c.last()).copied().unwrap_or(0)
@@ -66,8 +79,9 @@ impl UniqueRows {
 pub struct FloorReport {
     /// Least prefill stall the device allows, seconds.
     pub prefill_stall_seconds: f64,
-    /// Unique rows a perfect scheduler reads (every table of the prompt).
-    pub unique_rows: u64,
+    /// Reads a perfect scheduler issues: unique rows of every table of the
+    /// prompt, rows starting in one 4 KiB page read once.
+    pub unique_reads: u64,
     /// Measured prefill stall over the floor; absent when the floor is 0
     /// (the device could hide every read behind the compute).
     pub stall_over_floor: Option<f64>,
@@ -101,7 +115,7 @@ pub fn report(waits: &[WaitPoint], unique: &UniqueRows, iops: f64, stall: f64) -
     let tokens = waits.iter().map(|w| w.upto).max().unwrap_or(0);
     FloorReport {
         prefill_stall_seconds: floor,
-        unique_rows: (0..unique.per_table.len())
+        unique_reads: (0..unique.per_table.len())
             .map(|t| unique.upto(t, tokens))
             .sum(),
         stall_over_floor: (floor > 0.0).then(|| stall / floor),
@@ -152,9 +166,20 @@ mod tests {
         let early = [wait(0, 500, 50), wait(0, 1_000, 600)];
         assert!((floor_seconds(&early, &u, 2_000.0) - 0.2).abs() < 1e-12);
         let r = report(&waits, &u, 1_000.0, 1.5);
-        assert_eq!(r.unique_rows, 1_000);
+        assert_eq!(r.unique_reads, 1_000);
         assert!((r.stall_over_floor.unwrap() - 3.0).abs() < 1e-9);
         assert_eq!(report(&waits, &u, 1e6, 1.0).stall_over_floor, None);
+    }
+
+    #[test]
+    fn rows_sharing_a_page_are_one_read() {
+        // One table, one column: rows 0..17 of 264 bytes; rows 0..=15 start
+        // in page 0 (row 15 at byte 3,960), row 16 in page 1.
+        let ids: Vec<u32> = (0..17).collect();
+        let u = UniqueRows::of_reads(&ids, 1, 1, |_, row| u64::from(row) * 264 / 4096);
+        assert_eq!(u.upto(0, 16), 1);
+        assert_eq!(u.upto(0, 17), 2);
+        assert_eq!(UniqueRows::of(&ids, 1, 1).upto(0, 17), 17);
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub fn about() -> BTreeMap<&'static str, &'static str> {
         ("geomean", "per ratio, geometric mean over prompts of the per-prompt medians (min, max: of those medians)"),
         ("prefill.stall_seconds", "wall time the forward thread was blocked waiting on rows, all tables"),
         ("decode.stall_us", "per decode step, time blocked in step_begin and the waits, microseconds"),
-        ("floor.prefill_stall_seconds", "the least prefill stall a perfect scheduler would leave: max over waits of (unique rows needed so far / device.iops - compute before the wait)"),
+        ("floor.prefill_stall_seconds", "the least prefill stall a perfect scheduler would leave: max over waits of (unique reads needed so far, rows starting in one 4 KiB page counted once, / device.iops - compute before the wait)"),
         ("floor.stall_over_floor", "measured prefill stall / floor (absent when the floor is 0)"),
         ("cpu", "process user+system CPU time outside the compute model (compute model's own thread CPU time subtracted)"),
         ("device.iops", "random 4 KiB uncached reads per second at device.depth reads in flight"),

@@ -277,8 +277,8 @@ fn a_known_device_gives_every_schedule_a_floor() {
     for s in first_run(&report) {
         let floor = s.floor.as_ref().expect("a floor with a known device");
         // Rows of both tables / IOPS, less the compute before the waits.
-        assert!(floor.unique_rows > 0 && floor.unique_rows <= (PREFILL * 48) as u64);
-        let bound = floor.unique_rows as f64 / 2_000.0;
+        assert!(floor.unique_reads > 0 && floor.unique_reads <= (PREFILL * 48) as u64);
+        let bound = floor.unique_reads as f64 / 2_000.0;
         assert!(floor.prefill_stall_seconds > 0.0 && floor.prefill_stall_seconds <= bound);
         let ratio = floor.stall_over_floor.unwrap();
         assert!((ratio - s.prefill.stall_seconds / floor.prefill_stall_seconds).abs() < 1e-9);
