@@ -67,14 +67,23 @@ fn profile_writes_a_hot_file_that_bench_serves() {
         "overlap",
         "--hot",
         &hot_s,
+        "--no-floor",
         "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(doc["hot"]["file_bytes"].as_u64().unwrap() > 0);
-    let io = &doc["schedules"][0]["io"];
+    let io = &doc["prompts"][0]["repeats"][0][0]["io"];
     assert!(io["hot_hits"].as_u64().unwrap() > 0, "{io}");
     assert!(io["prefill_per_token"]["hot_rows"].as_f64().unwrap() > 0.0);
+    // The summary over repeats carries the per-phase rates as spreads.
+    let summary = &doc["prompts"][0]["schedules"][0]["io"];
+    assert!(
+        summary["prefill_per_token"]["hot_rows"]["median"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
 
     // A corpus with no file to count, and a hot file that is not one.
     let o = engram(&[

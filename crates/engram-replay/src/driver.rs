@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use engram::{Error, Result};
 
 use crate::compute::Compute;
+use crate::cputime;
+use crate::floor::WaitPoint;
 use crate::hints::{Drafter, HintMode};
 use crate::schedule::{PrefillRun, Schedule};
 
@@ -73,6 +75,15 @@ pub struct Measured {
     pub decode_compute: Duration,
     /// `step_stall[step][table]`.
     pub step_stall: Vec<Vec<Duration>>,
+    /// Every prefill wait, in order, with the compute model's wall time
+    /// before it (for the physical floor).
+    pub prefill_waits: Vec<WaitPoint>,
+    /// CPU time of the whole process (user + system, every thread) during
+    /// the prefill and during decode.
+    pub cpu: [Duration; 2],
+    /// CPU time the forward thread spent inside the compute model, prefill
+    /// and decode (subtracted from `cpu` for the schedule's own cost).
+    pub compute_cpu: [Duration; 2],
 }
 
 /// Runs the prefill of `prompt`, then one decode step per token of
@@ -90,19 +101,64 @@ pub fn replay(
         ..Measured::default()
     };
     if !prompt.is_empty() {
+        let cpu = cputime::process();
         let started = Instant::now();
-        compute.begin_prefill(prompt);
+        let mut charged = Duration::ZERO;
+        cputime::charged(&mut charged, || compute.begin_prefill(prompt));
         let mut run = schedule.prefill(prompt)?;
-        prefill(drive, run.as_mut(), compute, prompt.len(), &mut measured)?;
+        let mut timed = Timed {
+            compute,
+            cpu: charged,
+            wall: Duration::ZERO,
+        };
+        prefill(drive, run.as_mut(), &mut timed, prompt.len(), &mut measured)?;
+        // Dropping the run joins its readers: their work is the prefill's.
         drop(run);
         measured.prefill_wall = started.elapsed();
+        measured.cpu[0] = cputime::process().saturating_sub(cpu);
+        measured.compute_cpu[0] = timed.cpu;
         measured.prefill_compute = compute.take_compute_time();
     }
+    let cpu = cputime::process();
     let started = Instant::now();
-    decode(drive, schedule, compute, continuation, &mut measured)?;
+    let mut timed = Timed {
+        compute,
+        cpu: Duration::ZERO,
+        wall: Duration::ZERO,
+    };
+    decode(drive, schedule, &mut timed, continuation, &mut measured)?;
     measured.decode_wall = started.elapsed();
+    measured.cpu[1] = cputime::process().saturating_sub(cpu);
+    measured.compute_cpu[1] = timed.cpu;
     measured.decode_compute = compute.take_compute_time();
     Ok(measured)
+}
+
+/// The compute model with the forward thread's CPU time inside it counted
+/// (and, in prefill, its wall time, which the floor subtracts).
+struct Timed<'a> {
+    compute: &'a mut dyn Compute,
+    cpu: Duration,
+    wall: Duration,
+}
+
+impl Timed<'_> {
+    fn prefill_layer(&mut self, layer: u32, range: std::ops::Range<usize>, rows: Option<&[f32]>) {
+        let compute = &mut *self.compute;
+        let started = Instant::now();
+        cputime::charged(&mut self.cpu, || compute.prefill_layer(layer, range, rows));
+        self.wall += started.elapsed();
+    }
+
+    fn begin_step(&mut self, token: u32) {
+        let compute = &mut *self.compute;
+        cputime::charged(&mut self.cpu, || compute.begin_step(token));
+    }
+
+    fn step_layer(&mut self, layer: u32, rows: Option<&[f32]>) {
+        let compute = &mut *self.compute;
+        cputime::charged(&mut self.cpu, || compute.step_layer(layer, rows));
+    }
 }
 
 fn check_layers(drive: &Drive, compute: &dyn Compute) -> Result<()> {
@@ -123,7 +179,7 @@ fn check_layers(drive: &Drive, compute: &dyn Compute) -> Result<()> {
 fn prefill(
     drive: &Drive,
     run: &mut dyn PrefillRun,
-    compute: &mut dyn Compute,
+    compute: &mut Timed<'_>,
     tokens: usize,
     measured: &mut Measured,
 ) -> Result<()> {
@@ -132,7 +188,7 @@ fn prefill(
         .map(|start| (start, (start + drive.ubatch).min(tokens)))
         .collect();
     measured.chunk_stall = vec![Duration::ZERO; chunks.len()];
-    let layers = compute.layers();
+    let layers = compute.compute.layers();
     let pairs: Vec<(u32, usize)> = match drive.sweep {
         Sweep::Layer => (0..layers)
             .flat_map(|l| (0..chunks.len()).map(move |c| (l, c)))
@@ -141,12 +197,17 @@ fn prefill(
             .flat_map(|c| (0..layers).map(move |l| (l, c)))
             .collect(),
     };
-    let mut rows = compute.wants_rows().then(Vec::new);
+    let mut rows = compute.compute.wants_rows().then(Vec::new);
     for (layer, c) in pairs {
         let (start, end) = chunks[c];
         run.layer_start(layer, start as u32)?;
         let engram = drive.engram_layers.iter().position(|&l| l == layer);
         if let Some(table) = engram {
+            measured.prefill_waits.push(WaitPoint {
+                table,
+                upto: end as u32,
+                before: compute.wall,
+            });
             let stall = run.wait(table, end as u32, rows.as_mut())?;
             measured.prefill_stall_table[table] += stall;
             measured.chunk_stall[c] += stall;
@@ -163,7 +224,7 @@ fn prefill(
 fn decode(
     drive: &Drive,
     schedule: &mut dyn Schedule,
-    compute: &mut dyn Compute,
+    compute: &mut Timed<'_>,
     continuation: &[u32],
     measured: &mut Measured,
 ) -> Result<()> {
@@ -172,7 +233,7 @@ fn decode(
         HintMode::Draft(p) => Some(Drafter::new(drive.seed, p, drive.vocab)),
         _ => None,
     };
-    let mut rows = compute.wants_rows().then(Vec::new);
+    let mut rows = compute.compute.wants_rows().then(Vec::new);
     for (i, &token) in continuation.iter().enumerate() {
         let mut stall = vec![Duration::ZERO; tables];
         compute.begin_step(token);
@@ -180,7 +241,7 @@ fn decode(
         if let (Some(drafter), Some(&next)) = (drafter.as_mut(), continuation.get(i + 1)) {
             schedule.hint(&[drafter.guess(next)])?;
         }
-        for layer in 0..compute.layers() {
+        for layer in 0..compute.compute.layers() {
             let engram = drive.engram_layers.iter().position(|&l| l == layer);
             if let Some(table) = engram {
                 stall[table] += schedule.step_wait(table, rows.as_mut())?;
@@ -327,6 +388,14 @@ mod tests {
             [Duration::from_millis(8), Duration::from_millis(12)]
         );
         assert_eq!(m.prefill_stall_table, [Duration::from_millis(10); 2]);
+        // Every wait is recorded for the floor, in order, with the compute
+        // before it (it only grows).
+        let waits: Vec<(usize, u32)> = m.prefill_waits.iter().map(|w| (w.table, w.upto)).collect();
+        assert_eq!(waits, [(0, 4), (0, 6), (1, 4), (1, 6)]);
+        assert!(m
+            .prefill_waits
+            .windows(2)
+            .all(|w| w[0].before <= w[1].before));
     }
 
     #[test]

@@ -6,20 +6,30 @@
 //! The pieces: [`compute`] (what stands in for the forward pass),
 //! [`schedule`] (how rows reach it: `sync`, `ds4`, `overlap`, `full`),
 //! [`driver`] (the replay loop: prefill sweeps, decode steps, hints),
-//! [`bench`] (every schedule in turn, cold), [`report`] (JSON and the
-//! terminal table), [`plot`] (the SVG), [`prompt`] and [`rss`].
+//! [`bench`](mod@bench) (every schedule in turn, cold, repeated, over a corpus),
+//! [`report`] (the JSON document and the terminal table), [`summary`]
+//! (medians, spreads, ratios), [`floor`] and [`device`] (the physical floor
+//! and the device rate it divides by), [`cputime`] (CPU cost), [`cores`]
+//! (pinning), [`plot`] (the SVG), [`prompt`] and [`rss`].
 
 #![deny(missing_docs)]
 
 pub mod bench;
 pub mod compute;
+pub mod cores;
+pub mod cputime;
+pub mod device;
 pub mod driver;
+pub mod floor;
 pub mod hints;
 pub mod plot;
 pub mod prompt;
 pub mod report;
 pub mod rss;
 pub mod schedule;
+pub mod summary;
+mod table;
 
-pub use bench::{run_bench, BenchConfig};
+pub use bench::{run_bench, BenchConfig, Progress};
+pub use prompt::Prompt;
 pub use report::Report;

@@ -39,8 +39,13 @@ fn draw(report: &Report, path: &Path) -> DrawResult {
     let root = SVGBackend::new(path, (1100, 900)).into_drawing_area();
     root.fill(&WHITE)?;
     let (top, bottom) = root.split_vertically(470);
-    let decode: Vec<(&str, Vec<f64>)> = report
-        .schedules
+    // The first prompt's first repeat: one run of every schedule.
+    let run = report
+        .prompts
+        .first()
+        .and_then(|p| p.repeats.first())
+        .map_or(&[][..], Vec::as_slice);
+    let decode: Vec<(&str, Vec<f64>)> = run
         .iter()
         .map(|s| (s.name.as_str(), s.step_stall_us.clone()))
         .collect();
@@ -56,8 +61,7 @@ fn draw(report: &Report, path: &Path) -> DrawResult {
         &decode,
         true,
     )?;
-    let prefill: Vec<(&str, Vec<f64>)> = report
-        .schedules
+    let prefill: Vec<(&str, Vec<f64>)> = run
         .iter()
         .map(|s| {
             let ms = s.chunk_stall_seconds.iter().map(|v| v * 1e3).collect();

@@ -1,10 +1,81 @@
-//! Prompts: a text file, or this repository's own sources, tokenized with
-//! the vendored DeepSeek V4 tokenizer.
+//! Prompts: a text file, a corpus directory of them, or this repository's
+//! own sources, tokenized with the vendored DeepSeek V4 tokenizer.
 
 use std::path::{Path, PathBuf};
 
 use engram::layout::{self, token_map::VENDORED_SOURCE_NAME};
 use engram::{Error, Result};
+
+/// One prompt of a benchmark: the tokens prefilled and the tokens decoded
+/// after them, one step each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    /// Where it came from (a file's path), for reports.
+    pub name: String,
+    /// Prefilled tokens.
+    pub prompt: Vec<u32>,
+    /// Decoded tokens, teacher forced.
+    pub continuation: Vec<u32>,
+}
+
+impl Prompt {
+    /// The first `prefill` tokens of `tokens` as the prompt, the next
+    /// `decode` as its continuation; an error naming `name` if too few.
+    pub fn split(
+        name: &str,
+        mut tokens: Vec<u32>,
+        prefill: usize,
+        decode: usize,
+    ) -> Result<Prompt> {
+        let need = prefill.saturating_add(decode);
+        if tokens.len() < need {
+            return Err(Error::InvalidArgument(format!(
+                "{name}: the prompt holds {} tokens; --prefill plus --decode asks for {need}",
+                tokens.len()
+            )));
+        }
+        tokens.truncate(need);
+        let continuation = tokens.split_off(prefill);
+        Ok(Prompt {
+            name: name.to_string(),
+            prompt: tokens,
+            continuation,
+        })
+    }
+
+    /// The first `prefill + decode` tokens of the text file at `path`.
+    pub fn from_file(path: &Path, prefill: usize, decode: usize) -> Result<Prompt> {
+        let tokens = file_tokens(path, prefill.saturating_add(decode))?;
+        Prompt::split(&path.display().to_string(), tokens, prefill, decode)
+    }
+}
+
+/// Every regular file of the corpus directory `dir`, sorted by name (files
+/// whose name starts with `.` skipped), as prompts; an error naming the
+/// directory if it holds none, or the file that is too short.
+pub fn corpus(dir: &Path, prefill: usize, decode: usize) -> Result<Vec<Prompt>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let path = entry.map_err(|e| Error::io(dir, e))?.path();
+        let hidden = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        if path.is_file() && !hidden {
+            files.push(path);
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "{}: the corpus directory holds no prompt file (build one with scripts/corpus.py)",
+            dir.display()
+        )));
+    }
+    files
+        .iter()
+        .map(|f| Prompt::from_file(f, prefill, decode))
+        .collect()
+}
 
 /// The tokens of `text` under the vendored tokenizer.
 pub fn tokenize(text: &str) -> Result<Vec<u32>> {

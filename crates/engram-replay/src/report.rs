@@ -1,17 +1,23 @@
 //! What a replay measured, as the JSON document of `engram bench --json` and
 //! as the terminal table.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use std::collections::BTreeMap;
+
+use crate::device::DeviceReport;
+use crate::floor::FloorReport;
 use crate::schedule::{IoCounters, PhaseIo};
 
-/// The whole benchmark: its settings and one entry per schedule.
+/// The whole benchmark: its settings, the device, and per prompt every
+/// repeat of every schedule with the median and spread of each figure.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// What the fields mean, for a reader of the JSON alone.
+    pub about: BTreeMap<&'static str, &'static str>,
     /// Model file or directory.
     pub model: String,
     /// Compute model (`gpu:m4-max-ds4`, `cpu:16x64`).
@@ -24,11 +30,91 @@ pub struct Report {
     pub hints: String,
     /// Table files evicted from the page cache before each schedule.
     pub cold: bool,
-    /// The hot tier of the engine schedules, if any.
+    /// Uncached reads in the engine schedules (`--direct`).
+    pub direct: bool,
+    /// Runs of each schedule per prompt (interleaved: s1, s2, .., s1, s2, ..).
+    pub repeat: usize,
+    /// Cores the process was pinned to (`--cores`), if any.
+    pub cores: Option<usize>,
+    /// The device's measured random-read rate, the floor's divisor.
+    pub device: Option<DeviceReport>,
+    /// The hot tier of the engine schedules, if any (loaded once per bench,
+    /// shared by every run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hot: Option<HotReport>,
-    /// One entry per schedule, in the order run.
-    pub schedules: Vec<ScheduleReport>,
+    /// One entry per prompt, in the order run.
+    pub prompts: Vec<PromptReport>,
+    /// Per ratio, the geometric mean over prompts of its per-prompt median.
+    pub geomean: Vec<RatioReport>,
+}
+
+/// One prompt's runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptReport {
+    /// Where its tokens came from.
+    pub prompt: String,
+    /// Prompt tokens prefilled.
+    pub prefill_tokens: usize,
+    /// Decode steps after it.
+    pub decode_tokens: usize,
+    /// Per schedule, every figure of [`ScheduleReport`] over the repeats as
+    /// `{"median", "min", "max"}` (per-chunk and per-step series left out).
+    pub schedules: Vec<serde_json::Value>,
+    /// Ratios between schedules, each taken within a repeat.
+    pub ratios: Vec<RatioReport>,
+    /// `repeats[r][s]`: repeat `r` of schedule `s`, every figure.
+    pub repeats: Vec<Vec<ScheduleReport>>,
+}
+
+/// The median and spread of one figure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Spread {
+    /// Median (the mean of the middle two for an even count).
+    pub median: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// Of `values`; `None` when there are none.
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        let median = if v.len() % 2 == 1 {
+            v[mid]
+        } else {
+            (v[mid - 1] + v[mid]) / 2.0
+        };
+        Some(Spread {
+            median,
+            min: v[0],
+            max: v[v.len() - 1],
+        })
+    }
+}
+
+/// One ratio between two schedules' figure.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RatioReport {
+    /// The figure, as a path into [`ScheduleReport`]'s JSON
+    /// (`prefill.stall_seconds`).
+    pub figure: String,
+    /// The schedule on top.
+    pub schedule: String,
+    /// The schedule below.
+    pub over: String,
+    /// Over the repeats of a prompt (or, in `geomean`, the geometric mean
+    /// of the prompts' medians with their smallest and largest); absent
+    /// when the figure below is 0 in every repeat.
+    pub value: Option<Spread>,
+    /// Repeats (or prompts) it was defined in.
+    pub count: usize,
 }
 
 /// What one schedule measured.
@@ -42,6 +128,10 @@ pub struct ScheduleReport {
     pub decode: DecodeReport,
     /// I/O over the whole run.
     pub io: IoReport,
+    /// CPU time outside the compute model.
+    pub cpu: CpuReport,
+    /// The physical floor of the prefill (when the device is known).
+    pub floor: Option<FloorReport>,
     /// Peak resident memory during this schedule (the high-water mark is
     /// reset before it where the platform allows).
     pub peak_rss_bytes: u64,
@@ -84,6 +174,24 @@ pub struct DecodeReport {
     pub stall_us: StallSummary,
     /// Stall per step, per table.
     pub stall_us_table: Vec<StallSummary>,
+}
+
+/// CPU time (user + system, every thread of the process) a schedule cost
+/// outside the compute model: the process's CPU time over a phase minus the
+/// forward thread's CPU time inside the compute model's calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CpuReport {
+    /// Prefill, seconds.
+    pub prefill_seconds: f64,
+    /// Decode, seconds.
+    pub decode_seconds: f64,
+    /// Prefill, microseconds per prompt token.
+    pub prefill_us_per_token: f64,
+    /// Decode, microseconds per step.
+    pub decode_us_per_step: f64,
+    /// The compute model's own CPU time that was subtracted, prefill and
+    /// decode, seconds.
+    pub compute_seconds: [f64; 2],
 }
 
 /// Distribution of a per-token stall, microseconds.
@@ -217,115 +325,6 @@ impl HotReport {
             load_seconds: secs,
             load_bytes_per_s: hot.file_bytes() as f64 / secs.max(1e-9),
         }
-    }
-}
-
-impl Report {
-    /// The report as one JSON document.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("the report holds only plain values")
-    }
-
-    /// The terminal table: one line per schedule, then what the columns mean.
-    pub fn to_table(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "{:<8} | {:>9} {:>9} {:>9} | {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>7} {:>9}",
-            "schedule",
-            "prefill s",
-            "compute s",
-            "stall s",
-            "decode/s",
-            "floor/s",
-            "mean us",
-            "p50 us",
-            "p99 us",
-            "max us",
-            "MB read",
-            "hits",
-            "peak MB"
-        );
-        for s in &self.schedules {
-            let d = &s.decode;
-            let floor = if d.compute_seconds > 0.0 {
-                d.tokens as f64 / d.compute_seconds
-            } else {
-                0.0
-            };
-            let _ = writeln!(
-                out,
-                "{:<8} | {:>9.2} {:>9.2} {:>9.3} | {:>8.2} {:>8.2} {:>9.0} {:>9.0} {:>9.0} {:>9.0} | {:>9.1} {:>7} {:>9.0}",
-                s.name,
-                s.prefill.seconds,
-                s.prefill.compute_seconds,
-                s.prefill.stall_seconds,
-                d.tokens_per_s,
-                floor,
-                d.stall_us.mean,
-                d.stall_us.p50,
-                d.stall_us.p99,
-                d.stall_us.max,
-                s.io.bytes_read as f64 / 1e6,
-                s.io.cache_hits,
-                s.peak_rss_bytes as f64 / 1e6,
-            );
-            if let Some(sum) = &s.output_checksum {
-                let _ = writeln!(out, "{:<8}   output checksum {sum}", "");
-            }
-        }
-        let _ = writeln!(
-            out,
-            "\nprefill: wall, compute and time blocked on rows (seconds); decode: steps/s against \
-             the compute-only floor, and the per-step stall over both tables (us)."
-        );
-        self.rows_table(&mut out);
-        out
-    }
-}
-
-impl Report {
-    /// Where rows came from, per prefill token and per decode step (engine
-    /// schedules), and the hot set's load.
-    fn rows_table(&self, out: &mut String) {
-        if let Some(h) = &self.hot {
-            let _ = writeln!(
-                out,
-                "\nhot set {}: {:?} rows, {:.1} MB loaded in {:.2} s ({:.0} MB/s)",
-                h.file,
-                h.rows,
-                h.file_bytes as f64 / 1e6,
-                h.load_seconds,
-                h.load_bytes_per_s / 1e6
-            );
-        }
-        let _ = writeln!(
-            out,
-            "\n{:<8} | {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10}",
-            "rows", "hot/tok", "stor/tok", "reads/tok", "hot/step", "stor/step", "reads/step"
-        );
-        for s in &self.schedules {
-            let (Some(p), Some(d)) = (&s.io.prefill_per_token, &s.io.decode_per_step) else {
-                continue;
-            };
-            let _ = writeln!(
-                out,
-                "{:<8} | {:>10.2} {:>10.2} {:>10.2} | {:>10.2} {:>10.2} {:>10.2}",
-                s.name,
-                p.hot_rows,
-                p.storage_rows,
-                p.storage_reads,
-                d.hot_rows,
-                d.storage_rows,
-                d.storage_reads
-            );
-        }
-        let _ = writeln!(
-            out,
-            "rows served by the hot tier, rows read from storage (distinct per batch, neither hot \
-             nor cached) and read requests, per prefill token and per decode step (hint reads \
-             between steps included)."
-        );
     }
 }
 

@@ -8,10 +8,12 @@ use engram::codec::Encoding;
 use engram::layout::preset;
 use engram::model::{synth, Model, NoProgress};
 use engram_replay::compute::ComputeSpec;
+use engram_replay::device::DeviceMode;
 use engram_replay::driver::Sweep;
 use engram_replay::hints::HintMode;
+use engram_replay::report::ScheduleReport;
 use engram_replay::schedule::ScheduleKind;
-use engram_replay::{prompt, run_bench, BenchConfig, Report};
+use engram_replay::{prompt, run_bench, BenchConfig, Progress, Prompt, Report};
 
 /// About 5.9K rows per table: megabytes on disk.
 const SCALE: u64 = 65536;
@@ -40,10 +42,6 @@ fn bench(schedules: &str, sweep: Sweep, hints: HintMode) -> Report {
 }
 
 fn bench_with(compute: &str, schedules: &str, sweep: Sweep, hints: HintMode) -> Report {
-    let dir = tempfile::tempdir().unwrap();
-    let (path, model) = small_model(dir.path());
-    let tokens = tokens();
-    let (prompt, continuation) = tokens.split_at(PREFILL);
     let config = BenchConfig {
         compute: ComputeSpec::parse(compute).unwrap(),
         sweep,
@@ -53,21 +51,50 @@ fn bench_with(compute: &str, schedules: &str, sweep: Sweep, hints: HintMode) -> 
         cold: true,
         ..BenchConfig::default()
     };
+    let report = bench_config(&config, &[prompt_of(tokens())]);
+    assert_eq!(report.prompts.len(), 1);
+    report
+}
+
+fn prompt_of(tokens: Vec<u32>) -> Prompt {
+    Prompt::split("readme", tokens, PREFILL, DECODE).unwrap()
+}
+
+/// Runs `config` over `prompts` on a fresh small model; checks the runs
+/// were announced in the interleaved order.
+fn bench_config(config: &BenchConfig, prompts: &[Prompt]) -> Report {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, model) = small_model(dir.path());
     let mut seen = Vec::new();
-    let report = run_bench(&model, &path, prompt, continuation, &config, |name| {
-        seen.push(name.to_string())
+    let report = run_bench(&model, &path, prompts, config, |event| {
+        if let Progress::Run { schedule, .. } = event {
+            seen.push(schedule.to_string())
+        }
     })
     .unwrap();
-    assert_eq!(seen.join(","), schedules);
+    let names: Vec<&str> = config.schedules.iter().map(|k| k.name()).collect();
+    let once = names.join(",");
+    let expected = vec![once.as_str(); config.repeat * prompts.len()].join(",");
+    assert_eq!(seen.join(","), expected, "s1, s2, .., s1, s2, ..");
     report
+}
+
+/// The first prompt's first repeat: one run of every schedule.
+fn first_run(report: &Report) -> &[ScheduleReport] {
+    &report.prompts[0].repeats[0]
 }
 
 #[test]
 fn every_schedule_replays_the_whole_prompt_and_decode() {
-    let report = bench("sync,ds4,overlap,full", Sweep::Layer, HintMode::Draft(0.79));
-    assert_eq!(report.schedules.len(), 4);
+    let report = bench(
+        "sync,ds4,ds4-linux,overlap,full",
+        Sweep::Layer,
+        HintMode::Draft(0.79),
+    );
+    let run = first_run(&report);
+    assert_eq!(run.len(), 5);
     let floor = 43.0 * 2e-6 * PREFILL as f64;
-    for s in &report.schedules {
+    for s in run {
         assert_eq!(s.prefill.tokens, PREFILL, "{}", s.name);
         assert_eq!(s.decode.tokens, DECODE, "{}", s.name);
         // The stand-in never computes less than its profile asks for.
@@ -89,9 +116,10 @@ fn every_schedule_replays_the_whole_prompt_and_decode() {
     // Every schedule asks for the same demand rows: 24 per token per table
     // (`full` adds its hints' rows on top).
     let demand = ((PREFILL + DECODE) * 48) as u64;
-    let by_name = |n: &str| report.schedules.iter().find(|s| s.name == n).unwrap();
+    let by_name = |n: &str| run.iter().find(|s| s.name == n).unwrap();
     assert_eq!(by_name("sync").io.rows_requested, demand);
     assert_eq!(by_name("ds4").io.rows_requested, demand);
+    assert_eq!(by_name("ds4-linux").io.rows_requested, demand);
     assert_eq!(by_name("overlap").io.rows_requested, demand);
     let full = by_name("full");
     assert!(full.io.rows_requested > demand, "draft hints add reads");
@@ -99,9 +127,13 @@ fn every_schedule_replays_the_whole_prompt_and_decode() {
         full.io.cache_hits > 0,
         "right drafts are served from the cache"
     );
-    for s in &report.schedules {
+    for s in run {
         assert!(s.io.rows_unique <= s.io.rows_requested);
         assert!(s.io.bytes_read > 0 && s.io.reads > 0);
+        // Hashing, reads and wake-ups cost the process some CPU.
+        assert!(s.cpu.prefill_seconds > 0.0, "{}: {:?}", s.name, s.cpu);
+        assert!(s.cpu.prefill_us_per_token > 0.0 && s.cpu.decode_us_per_step > 0.0);
+        assert!(s.floor.is_none(), "no device, no floor");
     }
 }
 
@@ -109,7 +141,7 @@ fn every_schedule_replays_the_whole_prompt_and_decode() {
 fn the_json_document_has_the_documented_shape() {
     let report = bench("overlap", Sweep::Chunk, HintMode::None);
     let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
-    let s = &json["schedules"][0];
+    let s = &json["prompts"][0]["repeats"][0][0];
     assert_eq!(s["name"], "overlap");
     for key in ["tokens", "seconds", "compute_seconds", "stall_seconds"] {
         assert!(s["prefill"][key].is_number(), "prefill.{key}");
@@ -131,13 +163,23 @@ fn the_json_document_has_the_documented_shape() {
         assert!(s["io"][key].is_u64(), "io.{key}");
     }
     assert!(s["peak_rss_bytes"].is_u64());
+    for key in [
+        "prefill_seconds",
+        "decode_seconds",
+        "prefill_us_per_token",
+        "decode_us_per_step",
+    ] {
+        assert!(s["cpu"][key].is_number(), "cpu.{key}");
+    }
     assert!(s.get("output_checksum").is_none());
     assert_eq!(json["sweep"], "chunk");
+    assert_eq!(json["repeat"], 1);
+    assert!(json["about"]["floor.prefill_stall_seconds"].is_string());
+    let summary = &json["prompts"][0]["schedules"][0];
+    assert_eq!(summary["name"], "overlap");
+    assert!(summary["prefill"]["stall_seconds"]["median"].is_number());
     let table = report.to_table();
-    assert!(
-        table.lines().nth(1).unwrap().starts_with("overlap"),
-        "{table}"
-    );
+    assert!(table.lines().any(|l| l.starts_with("overlap ")), "{table}");
 }
 
 #[test]
@@ -162,12 +204,11 @@ fn the_cpu_model_computes_the_same_output_under_every_schedule() {
     for sweep in [Sweep::Layer, Sweep::Chunk] {
         let report = bench_with(
             compute,
-            "sync,ds4,overlap,full",
+            "sync,ds4,ds4-linux,overlap,full",
             sweep,
             HintMode::Draft(0.5),
         );
-        let sums: Vec<&str> = report
-            .schedules
+        let sums: Vec<&str> = first_run(&report)
             .iter()
             .map(|s| {
                 s.output_checksum
@@ -178,4 +219,126 @@ fn the_cpu_model_computes_the_same_output_under_every_schedule() {
         assert!(!sums[0].starts_with("error"), "{}", sums[0]);
         assert!(sums.iter().all(|s| *s == sums[0]), "{sums:?}");
     }
+}
+
+#[test]
+fn repeats_are_interleaved_and_summarized_with_ratios_within_each() {
+    let config = BenchConfig {
+        compute: ComputeSpec::parse("gpu:custom:2,40").unwrap(),
+        ubatch: 128,
+        schedules: ScheduleKind::parse_list("ds4,overlap").unwrap(),
+        hints: HintMode::None,
+        repeat: 3,
+        ..BenchConfig::default()
+    };
+    let report = bench_config(&config, &[prompt_of(tokens())]);
+    let p = &report.prompts[0];
+    assert_eq!(p.repeats.len(), 3);
+    assert!(p.repeats.iter().all(|r| r.len() == 2));
+    // The summary's median is the middle of the three repeats' values.
+    let mut stalls: Vec<f64> = p
+        .repeats
+        .iter()
+        .map(|r| r[1].prefill.stall_seconds)
+        .collect();
+    stalls.sort_by(f64::total_cmp);
+    let s = &p.schedules[1]["prefill"]["stall_seconds"];
+    assert_eq!(s["median"].as_f64().unwrap(), stalls[1]);
+    assert_eq!(s["min"].as_f64().unwrap(), stalls[0]);
+    assert_eq!(s["max"].as_f64().unwrap(), stalls[2]);
+    let ratio = p
+        .ratios
+        .iter()
+        .find(|r| r.figure == "cpu.decode_us_per_step")
+        .unwrap();
+    assert_eq!(
+        (ratio.schedule.as_str(), ratio.over.as_str()),
+        ("overlap", "ds4")
+    );
+    assert_eq!(ratio.count, 3);
+    let table = report.to_table();
+    assert!(table.contains("overlap / ds4"), "{table}");
+}
+
+#[test]
+fn a_known_device_gives_every_schedule_a_floor() {
+    // 2,000 reads/s: the prompt's unique rows take far longer than the
+    // stand-in's compute, so the floor is positive.
+    let config = BenchConfig {
+        compute: ComputeSpec::parse("gpu:custom:2,40").unwrap(),
+        ubatch: 128,
+        schedules: ScheduleKind::parse_list("sync,overlap").unwrap(),
+        hints: HintMode::None,
+        device: DeviceMode::Iops(2_000.0),
+        ..BenchConfig::default()
+    };
+    let report = bench_config(&config, &[prompt_of(tokens())]);
+    assert_eq!(report.device.as_ref().unwrap().source, "given");
+    for s in first_run(&report) {
+        let floor = s.floor.as_ref().expect("a floor with a known device");
+        // Rows of both tables / IOPS, less the compute before the waits.
+        assert!(floor.unique_reads > 0 && floor.unique_reads <= (PREFILL * 48) as u64);
+        let bound = floor.unique_reads as f64 / 2_000.0;
+        assert!(floor.prefill_stall_seconds > 0.0 && floor.prefill_stall_seconds <= bound);
+        let ratio = floor.stall_over_floor.unwrap();
+        assert!((ratio - s.prefill.stall_seconds / floor.prefill_stall_seconds).abs() < 1e-9);
+    }
+}
+
+#[test]
+fn a_corpus_gives_one_result_per_prompt_and_geometric_means() {
+    let all = tokens();
+    let half = all.len() / 2;
+    let split = |t: &[u32]| Prompt::split("p", t.to_vec(), 200, 4).unwrap();
+    let prompts = [split(&all[..half]), split(&all[half..])];
+    let config = BenchConfig {
+        compute: ComputeSpec::parse("gpu:custom:2,40").unwrap(),
+        ubatch: 100,
+        schedules: ScheduleKind::parse_list("sync,overlap").unwrap(),
+        hints: HintMode::None,
+        ..BenchConfig::default()
+    };
+    let report = bench_config(&config, &prompts);
+    assert_eq!(report.prompts.len(), 2);
+    let g = report
+        .geomean
+        .iter()
+        .find(|r| r.figure == "cpu.prefill_us_per_token")
+        .unwrap();
+    assert_eq!(g.count, 2);
+    let medians: Vec<f64> = report
+        .prompts
+        .iter()
+        .map(|p| {
+            let r = p.ratios.iter().find(|r| r.figure == g.figure).unwrap();
+            r.value.unwrap().median
+        })
+        .collect();
+    let expected = (medians[0] * medians[1]).sqrt();
+    assert!((g.value.unwrap().median - expected).abs() < 1e-9 * expected);
+    assert!(report.to_table().contains("geometric mean over 2 prompts"));
+}
+
+#[test]
+fn a_corpus_directory_is_read_in_name_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        prompt::repository_text(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."), 400).unwrap();
+    std::fs::write(dir.path().join("b.txt"), &text).unwrap();
+    std::fs::write(dir.path().join("a.txt"), &text).unwrap();
+    std::fs::write(dir.path().join(".hidden"), "x").unwrap();
+    let prompts = prompt::corpus(dir.path(), 300, 10).unwrap();
+    let names: Vec<&str> = prompts
+        .iter()
+        .map(|p| p.name.rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(names, ["a.txt", "b.txt"]);
+    assert!(prompts
+        .iter()
+        .all(|p| p.prompt.len() == 300 && p.continuation.len() == 10));
+    let short = prompt::corpus(dir.path(), 1_000_000, 0).unwrap_err();
+    assert!(short.to_string().contains("a.txt"), "{short}");
+    let empty = tempfile::tempdir().unwrap();
+    let none = prompt::corpus(empty.path(), 10, 0).unwrap_err();
+    assert!(none.to_string().contains("no prompt file"), "{none}");
 }

@@ -6,12 +6,13 @@ use std::path::{Path, PathBuf};
 
 use engram::io::{Backend, IoConfig};
 use engram::model::Model;
-use engram::Result;
+use engram::{Error, Result};
 use engram_replay::compute::ComputeSpec;
+use engram_replay::device::{default_cache, DeviceMode};
 use engram_replay::driver::Sweep;
 use engram_replay::hints::HintMode;
 use engram_replay::schedule::ScheduleKind;
-use engram_replay::{plot, prompt, run_bench, BenchConfig, Report};
+use engram_replay::{cores, plot, prompt, run_bench, BenchConfig, Progress, Prompt, Report};
 
 /// Arguments of `engram bench`.
 #[derive(Debug, clap::Args)]
@@ -20,8 +21,36 @@ pub struct Args {
     #[arg(long)]
     pub model: PathBuf,
     /// Text file whose tokens (vendored DeepSeek V4 tokenizer) are replayed.
-    #[arg(long)]
-    pub prompt: PathBuf,
+    #[arg(long, required_unless_present = "corpus", conflicts_with = "corpus")]
+    pub prompt: Option<PathBuf>,
+    /// Directory of prompt files (scripts/corpus.py builds one): every file
+    /// is replayed, one result per prompt and the geometric mean of each
+    /// ratio between schedules.
+    #[arg(long, value_name = "DIR")]
+    pub corpus: Option<PathBuf>,
+    /// Runs of each schedule per prompt, interleaved (s1, s2, .., s1, s2, ..),
+    /// each fresh and cold; figures are reported as median and min-max.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Pin the whole process to N cores (Linux; an error on macOS, which
+    /// has no affinity API).
+    #[arg(long, value_name = "N")]
+    pub cores: Option<usize>,
+    /// Hot-row file (`engram profile`) served before the row cache and
+    /// storage in the engine schedules; loaded once for the whole bench.
+    #[arg(long, value_name = "HOT")]
+    pub hot: Option<PathBuf>,
+    /// Device random 4 KiB reads per second for the floor, instead of
+    /// measuring them.
+    #[arg(long, value_name = "IOPS")]
+    pub device_iops: Option<f64>,
+    /// Seconds the device measurement runs (cached per model file and
+    /// machine in $XDG_CACHE_HOME/engram/device.json).
+    #[arg(long, default_value_t = 3.0)]
+    pub device_seconds: f64,
+    /// No device measurement and no floor.
+    #[arg(long, conflicts_with = "device_iops")]
+    pub no_floor: bool,
     /// Prompt tokens to prefill (the first N of the file).
     #[arg(long, default_value_t = 8192)]
     pub prefill: usize,
@@ -32,8 +61,9 @@ pub struct Args {
     /// cpu or cpu:layers=L,dim=D,heads=H,ffn=F,conv=C,seed=S.
     #[arg(long, default_value = "gpu:m4-max-ds4")]
     pub compute: String,
-    /// Schedules to run, in order: sync, ds4, overlap, full.
-    #[arg(long, default_value = "sync,ds4,overlap,full")]
+    /// Schedules to run, in order: sync, ds4 (the peer on macOS), ds4-linux
+    /// (the peer on Linux), overlap, full.
+    #[arg(long, default_value = "sync,ds4,ds4-linux,overlap,full")]
     pub schedule: String,
     /// Prefill order: layer (every chunk through a layer before the next
     /// layer) or chunk (each chunk through all layers).
@@ -67,10 +97,6 @@ pub struct Args {
     /// Seed of the draft hints.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Hot-row file (`engram profile`) served before the row cache and
-    /// storage in the engine schedules.
-    #[arg(long, value_name = "HOT")]
-    pub hot: Option<PathBuf>,
 }
 
 impl Args {
@@ -91,23 +117,78 @@ impl Args {
             cache_bytes: self.cache_mib.saturating_mul(1 << 20),
             seed: self.seed,
             hot: self.hot.clone(),
+            repeat: self.repeat,
+            device: self.device_mode(),
+            cores: self.cores,
         })
+    }
+
+    fn device_mode(&self) -> DeviceMode {
+        match (self.no_floor, self.device_iops) {
+            (true, _) => DeviceMode::Off,
+            (false, Some(iops)) => DeviceMode::Iops(iops),
+            (false, None) => DeviceMode::Measure {
+                seconds: self.device_seconds,
+                cache: default_cache(),
+            },
+        }
+    }
+
+    fn prompts(&self) -> Result<Vec<Prompt>> {
+        match (&self.corpus, &self.prompt) {
+            (Some(dir), _) => prompt::corpus(dir, self.prefill, self.decode),
+            (None, Some(file)) => Ok(vec![Prompt::from_file(file, self.prefill, self.decode)?]),
+            (None, None) => Err(Error::InvalidArgument(
+                "bench needs --prompt FILE or --corpus DIR".into(),
+            )),
+        }
     }
 }
 
 /// Runs `engram bench`.
 pub fn run(args: &Args) -> Result<()> {
+    // First, before anything starts a thread: every later thread inherits it.
+    if let Some(n) = args.cores {
+        let cores = cores::pin_process(n)?;
+        eprintln!("pinned to cores {cores:?}");
+    }
     let config = args.config()?;
+    config.validate()?;
     let model = Model::open(&args.model)?;
-    let tokens = prompt::file_tokens(&args.prompt, args.prefill + args.decode)?;
-    let (prompt, continuation) = tokens.split_at(args.prefill);
-    let report = run_bench(&model, &args.model, prompt, continuation, &config, |name| {
-        eprintln!("running {name} ...")
+    let prompts = args.prompts()?;
+    let report = run_bench(&model, &args.model, &prompts, &config, |event| {
+        say(event, prompts.len(), config.repeat)
     })?;
     finish(&report, args.json, args.plot.as_deref())
 }
 
-/// Prints the report (table or JSON) and writes the plot if asked.
+/// Tells stderr what the benchmark is doing. A stderr that cannot be
+/// written (a full disk under a redirect) must not end a long run, so
+/// errors are ignored instead of panicking as `eprintln!` would.
+pub fn say(event: Progress<'_>, prompts: usize, repeat: usize) {
+    use std::io::Write;
+    let line = match event {
+        Progress::Note(note) => note.to_string(),
+        Progress::Run {
+            prompt,
+            repeat: r,
+            schedule,
+        } => {
+            let mut at = String::new();
+            if prompts > 1 {
+                at.push_str(&format!("{prompt}: "));
+            }
+            if repeat > 1 {
+                at.push_str(&format!("repeat {}/{repeat}: ", r + 1));
+            }
+            format!("{at}running {schedule} ...")
+        }
+    };
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Prints the report (table or JSON) and writes the plot (of the first
+/// prompt's first repeat) if asked.
 pub fn finish(report: &Report, json: bool, plot_path: Option<&Path>) -> Result<()> {
     if let Some(path) = plot_path {
         plot::write_svg(report, path)?;

@@ -15,16 +15,24 @@
 //!   tokens' slots and published through a ready counter. Table 1 starts
 //!   once the forward pass has started the layer after table 0's (layer 2
 //!   for V4.1-Flash), chunk by chunk again.
-//! - **Read path**: one `pread` per row on plain descriptors (no cache
-//!   advice, no direct I/O: the page cache and kernel readahead act as for
-//!   the peer); a batch under 256 unique rows is read serially on the
+//! - **Read path** ([`Ds4Flavor`]): one `pread` per row of a batch's sorted
+//!   unique rows. `ds4` is the peer as it runs on macOS: uncached
+//!   descriptors (`F_NOCACHE`, `F_RDAHEAD` 0; emulated on Linux with
+//!   `O_DIRECT` reads of the aligned 4 KiB page(s) holding the row), a batch
+//!   of 8 rows or more split into 16 parts read in parallel by a persistent
+//!   pool of 16 workers (GCD's global queue under `dispatch_apply_f`), so a
+//!   decode step's 24 rows of a table go in parallel; smaller batches
+//!   serially. `ds4-linux` is its Linux path: plain buffered descriptors
+//!   (no cache advice, no direct I/O: the page cache and kernel readahead act
+//!   as for the peer); a batch under 256 unique rows is read serially on the
 //!   calling thread, a larger one by 16 threads created for that batch, each
 //!   taking a contiguous slice of the unique rows, then joined.
 //! - **Prefill wait**: the consumer polls the table's ready counter and
 //!   sleeps 1 ms between polls; the time polling is the reported stall.
 //! - **Decode**: each step's rows of table 0, then of table 1, are read
-//!   synchronously (serial preads, 24 rows per table) before the step's
-//!   work; that read time is the step's stall.
+//!   synchronously (one batch of 24 rows per table, one after the other:
+//!   in parallel on the Mac path, serially on the Linux path) before the
+//!   step's work; that read time is the step's stall.
 //!
 //! Where this is an approximation:
 //! - Table 1 may overwrite a token's slots only after the forward pass has
@@ -44,6 +52,7 @@
 //! - Split-scale tables (Hugging Face checkpoints) take a second `pread`
 //!   per row for the scales; the peer reads only packed GGUF rows.
 
+mod pool;
 mod prefill;
 mod read;
 
@@ -57,7 +66,7 @@ use engram::{Error, Result};
 
 use super::{IoCounters, PrefillRun, Schedule, ScheduleSetup};
 use prefill::{Ds4Prefill, PrefillSpec};
-use read::{Counters, Fetched, TableFile};
+use read::{Counters, Fetched, PeerFiles};
 
 /// The peer's schedule over one model: a prefill, then decode steps.
 ///
@@ -66,12 +75,13 @@ use read::{Counters, Fetched, TableFile};
 /// 2,048-token chunks deduplicated within the chunk, into one buffer both
 /// tables share; waits sleep-poll (1 ms) a ready counter. Decode: both
 /// tables' rows are read synchronously at [`Schedule::step_begin`], whose
-/// read time is the step's stall. Reads: one `pread` per row, batches of
-/// 256 rows or more on 16 threads created for the batch.
+/// read time is the step's stall. Reads: one `pread` per row, in parallel
+/// as the [`Ds4Flavor`] does it.
 pub struct Ds4Schedule {
     hasher: Hasher,
     history: History,
-    tables: Arc<[TableFile; 2]>,
+    tables: Arc<PeerFiles>,
+    flavor: Ds4Flavor,
     io: Arc<Counters>,
     /// Row ids per token per table.
     columns: usize,
@@ -92,15 +102,26 @@ struct DecodeStep {
     stop: AtomicBool,
 }
 
+/// Which of the peer's platform read paths a [`Ds4Schedule`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ds4Flavor {
+    /// macOS: uncached reads, batches of 8 rows or more on a persistent
+    /// pool of 16 workers (GCD), decode batches in parallel.
+    Mac,
+    /// Linux: buffered reads, batches of 256 rows or more on 16 threads
+    /// created per batch, decode batches serial.
+    Linux,
+}
+
 impl Ds4Schedule {
-    /// A fresh run over `setup`'s model: opens both tables' files.
-    pub fn new(setup: &ScheduleSetup<'_>) -> Result<Ds4Schedule> {
+    /// A fresh run over `setup`'s model: opens both tables' files for
+    /// `flavor` (and, on the Mac path, starts its 16 workers).
+    pub fn new(setup: &ScheduleSetup<'_>, flavor: Ds4Flavor) -> Result<Ds4Schedule> {
         let model = setup.model;
         let hasher = Hasher::new(&model.layout)?;
-        let tables: [TableFile; 2] = read::open_tables(model)?
-            .try_into()
-            .map_err(|_| Error::InvalidArgument("the ds4 schedule reads two tables".into()))?;
+        let tables = PeerFiles::open(model, flavor)?;
         Ok(Ds4Schedule {
+            flavor,
             history: hasher.new_history(),
             columns: hasher.columns(),
             hasher,
@@ -115,11 +136,11 @@ impl Ds4Schedule {
     fn read_step_table(&mut self, table: usize) -> Result<()> {
         let step = &mut self.step;
         let ids = &step.ids[table * self.columns..(table + 1) * self.columns];
-        let file = &self.tables[table];
-        step.fetched.fetch(file, ids, &step.stop, &self.io)?;
+        step.fetched
+            .fetch(&self.tables, table, ids, &step.stop, &self.io)?;
         let raw = &mut step.raw[table];
         raw.clear();
-        raw.resize(ids.len() * file.width(), 0);
+        raw.resize(ids.len() * self.tables[table].width(), 0);
         step.fetched.scatter(ids, raw);
         Ok(())
     }
@@ -127,7 +148,10 @@ impl Ds4Schedule {
 
 impl Schedule for Ds4Schedule {
     fn name(&self) -> &'static str {
-        "ds4"
+        match self.flavor {
+            Ds4Flavor::Mac => "ds4",
+            Ds4Flavor::Linux => "ds4-linux",
+        }
     }
 
     fn prefill<'a>(&'a mut self, tokens: &[u32]) -> Result<Box<dyn PrefillRun + 'a>> {

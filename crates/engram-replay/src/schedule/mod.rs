@@ -5,7 +5,11 @@
 //!
 //! - `sync`: each table's rows are read right before its layer, on the
 //!   forward thread (the engine with prefetch off).
-//! - `ds4`: the peer's published schedule and read path ([`Ds4Schedule`]).
+//! - `ds4`: the peer's published schedule with its macOS read path
+//!   ([`Ds4Schedule`], [`Ds4Flavor::Mac`]): uncached reads, decode batches
+//!   in parallel on a persistent pool.
+//! - `ds4-linux`: the same schedule with the peer's Linux read path
+//!   ([`Ds4Flavor::Linux`]): buffered reads, 16 threads per large batch.
 //! - `overlap`: this project's pipeline, without row cache or hints.
 //! - `full`: the pipeline with the session row cache and hints.
 
@@ -18,7 +22,7 @@ use engram::io::IoConfig;
 use engram::model::Model;
 use engram::{Error, Result};
 
-pub use ds4::Ds4Schedule;
+pub use ds4::{Ds4Flavor, Ds4Schedule};
 pub use engine::EngineSchedule;
 
 /// The schedules `engram bench` knows.
@@ -26,8 +30,10 @@ pub use engine::EngineSchedule;
 pub enum ScheduleKind {
     /// Reads at the wait, no overlap.
     Sync,
-    /// The peer's schedule.
+    /// The peer's schedule, macOS read path.
     Ds4,
+    /// The peer's schedule, Linux read path.
+    Ds4Linux,
     /// This project's pipeline.
     Overlap,
     /// The pipeline with row cache and hints.
@@ -36,9 +42,10 @@ pub enum ScheduleKind {
 
 impl ScheduleKind {
     /// Every schedule, in report order.
-    pub const ALL: [ScheduleKind; 4] = [
+    pub const ALL: [ScheduleKind; 5] = [
         ScheduleKind::Sync,
         ScheduleKind::Ds4,
+        ScheduleKind::Ds4Linux,
         ScheduleKind::Overlap,
         ScheduleKind::Full,
     ];
@@ -48,12 +55,13 @@ impl ScheduleKind {
         match self {
             ScheduleKind::Sync => "sync",
             ScheduleKind::Ds4 => "ds4",
+            ScheduleKind::Ds4Linux => "ds4-linux",
             ScheduleKind::Overlap => "overlap",
             ScheduleKind::Full => "full",
         }
     }
 
-    /// Parses a comma-separated list (`sync,ds4,overlap,full`).
+    /// Parses a comma-separated list (`sync,ds4,ds4-linux,overlap,full`).
     pub fn parse_list(text: &str) -> Result<Vec<ScheduleKind>> {
         let mut kinds = Vec::new();
         for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -62,7 +70,7 @@ impl ScheduleKind {
                 .find(|k| k.name() == name)
                 .ok_or_else(|| {
                     Error::InvalidArgument(format!(
-                        "--schedule: unknown schedule {name:?} (known: sync, ds4, overlap, full)"
+                        "--schedule: unknown schedule {name:?} (known: sync, ds4, ds4-linux, overlap, full)"
                     ))
                 })?;
             if !kinds.contains(&kind) {
@@ -83,8 +91,8 @@ impl ScheduleKind {
 pub struct ScheduleSetup<'a> {
     /// The model whose tables are read.
     pub model: &'a Model,
-    /// Row I/O options of this project's engine (the `ds4` schedule uses
-    /// the peer's own read path instead).
+    /// Row I/O options of this project's engine (the `ds4` schedules use
+    /// the peer's own read paths instead).
     pub io: IoConfig,
     /// Rows are handed out decoded to f32 (a compute that uses them).
     pub f32_rows: bool,
@@ -99,7 +107,8 @@ pub struct ScheduleSetup<'a> {
 /// Builds a fresh schedule of `kind`.
 pub fn build(kind: ScheduleKind, setup: &ScheduleSetup<'_>) -> Result<Box<dyn Schedule>> {
     Ok(match kind {
-        ScheduleKind::Ds4 => Box::new(Ds4Schedule::new(setup)?),
+        ScheduleKind::Ds4 => Box::new(Ds4Schedule::new(setup, Ds4Flavor::Mac)?),
+        ScheduleKind::Ds4Linux => Box::new(Ds4Schedule::new(setup, Ds4Flavor::Linux)?),
         _ => Box::new(EngineSchedule::new(kind, setup)?),
     })
 }

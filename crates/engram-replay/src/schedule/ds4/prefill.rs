@@ -23,7 +23,7 @@ use engram::prefetch::ready::duplicate_error;
 use engram::{Error, Result};
 
 use super::super::PrefillRun;
-use super::read::{Counters, Fetched, TableFile};
+use super::read::{Counters, Fetched, PeerFiles};
 
 /// Tokens per reader chunk (the peer's).
 pub(super) const CHUNK_TOKENS: u32 = 2048;
@@ -123,7 +123,7 @@ impl Shared {
 /// What the reader thread owns.
 struct Reader {
     shared: Arc<Shared>,
-    tables: Arc<[TableFile; 2]>,
+    tables: Arc<PeerFiles>,
     io: Arc<Counters>,
     /// Row ids, `[token][table][column]`.
     ids: Arc<[u32]>,
@@ -191,7 +191,7 @@ impl Reader {
             ids.extend_from_slice(&self.ids[at..at + self.columns]);
         }
         let stop = &self.shared.stop;
-        fetched.fetch(&self.tables[table], ids, stop, &self.io)
+        fetched.fetch(&self.tables, table, ids, stop, &self.io)
     }
 
     /// Copies rows of `tokens` (inside `chunk`, whose ids `ids` holds) to
@@ -245,7 +245,7 @@ impl Drop for FinishGuard {
 
 /// What a prefill is started from.
 pub(super) struct PrefillSpec {
-    pub(super) tables: Arc<[TableFile; 2]>,
+    pub(super) tables: Arc<PeerFiles>,
     pub(super) io: Arc<Counters>,
     pub(super) ids: Arc<[u32]>,
     pub(super) columns: usize,
@@ -258,7 +258,7 @@ pub(super) struct PrefillSpec {
 pub(super) struct Ds4Prefill {
     shared: Arc<Shared>,
     reader: Option<JoinHandle<()>>,
-    tables: Arc<[TableFile; 2]>,
+    tables: Arc<PeerFiles>,
     ids: Arc<[u32]>,
     columns: usize,
     tokens: u32,
