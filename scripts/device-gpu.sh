@@ -28,6 +28,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 host="$here/crates/engram-py/examples/torch_host.py"
 
 started=$(date +%s)
+failed=0
 stamp() { echo "device-gpu: $(( $(date +%s) - started )) s: $*" >&2; }
 
 python3 -m pip install -q --no-index --no-deps --target "$work/site" "$wheel"
@@ -50,7 +51,7 @@ for profile in $profiles; do
         python3 "$host" --model "$model" --prompt "$prompt" --profile "$profile" \
             --sweep "$sweep" --prefill "$prefill" --decode "$steps" --cold \
             --repeat "$repeat" --json "$out/host-$profile-$sweep.json" \
-            > "$out/host-$profile-$sweep.log" 2>&1 || { cat "$out/host-$profile-$sweep.log" >&2; exit 1; }
+            > "$out/host-$profile-$sweep.log" 2>&1 || { echo "device-gpu: torch_host failed" >&2; failed=1; }
         tail -n 6 "$out/host-$profile-$sweep.log" >&2
     done
     # The replay bench with the compute this GPU measured (resident rows,
@@ -73,3 +74,4 @@ stamp "done"
 if [ -z "${KEEP_MODEL:-}" ]; then
     rm -rf "$work/s$scale"
 fi
+exit "$failed"
