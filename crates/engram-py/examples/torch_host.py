@@ -178,12 +178,22 @@ class Rows:
             h = self.host
             shape = (tokens, h.rows_per_token, ROW_DIM)
             pin = h.device.type == "cuda"
+            dev = [torch.empty(shape, dtype=torch.float32, device=h.device) for _ in range(2)]
+            # The allocator hands out memory freed by compute-stream work that
+            # may still be queued (the host runs ahead of the GPU); the copy
+            # stream must not write it before that work is done, so its
+            # first copy into each buffer waits for this point of the
+            # compute stream.
+            allocated = None
+            if pin:
+                allocated = torch.cuda.Event()
+                allocated.record(h.compute)
             self.slots[key] = {
                 "next": 0,
                 "host": [torch.empty(shape, dtype=torch.float32, pin_memory=pin) for _ in range(2)],
-                "dev": [torch.empty(shape, dtype=torch.float32, device=h.device) for _ in range(2)],
+                "dev": dev,
                 "copied": [None, None],
-                "consumed": [None, None],
+                "consumed": [allocated, allocated],
             }
         return self.slots[key]
 
@@ -219,7 +229,9 @@ class Host:
         if b["copied"][slot] is not None:
             b["copied"][slot].synchronize()  # the host buffer's last copy is done
         wait_into(b["host"][slot].numpy())
-        if self.copy is None:
+        if self.copy is None or not self.args.side_stream:
+            # No side stream: a synchronous copy on the compute stream (the
+            # host waits for the GPU to reach it).
             b["dev"][slot].copy_(b["host"][slot])
             return b["dev"][slot]
         with torch.cuda.stream(self.copy):
@@ -497,6 +509,8 @@ def main(argv=None) -> int:
     p.add_argument("--cold", action="store_true")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--no-side-stream", dest="side_stream", action="store_false",
+                   help="copy rows on the compute stream, synchronously (a check of the copy path)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
