@@ -96,34 +96,53 @@ impl RowCache {
     }
 }
 
-/// A [`RowSource`] that serves rows from a [`RowCache`] and reads only the
-/// misses, in one batch, through the inner source.
-pub struct CachedSource<S> {
-    inner: S,
-    cache: Arc<RowCache>,
+/// A tier in front of a row source: what it holds and what it keeps of the
+/// rows read past it. [`Tiered`] does the rest (the forwarding, the read
+/// path), so each tier says only what is its own.
+pub trait Tier: Send + Sync {
+    /// The tier's name in the source's name (`cached(...)`, `hot(...)`).
+    fn label(&self) -> &'static str;
+
+    /// Reads `rows` of `table` into `out` (request order), serving what the
+    /// tier holds and reading the rest through `inner`, usually with
+    /// [`read_through`]; counts its hits in the returned stats.
+    fn read<S: RowSource + ?Sized>(
+        &self,
+        inner: &S,
+        table: usize,
+        rows: &[u32],
+        out: &mut [u8],
+        priority: Priority,
+    ) -> Result<BatchStats>;
 }
 
-impl<S: RowSource> CachedSource<S> {
-    /// Wraps `inner` with `cache` (shareable, e.g. across sequences of one
-    /// session).
-    pub fn new(inner: S, cache: Arc<RowCache>) -> CachedSource<S> {
-        CachedSource { inner, cache }
-    }
+/// A [`RowSource`] made of a [`Tier`] in front of `inner`.
+pub struct Tiered<S, T> {
+    inner: S,
+    tier: T,
+}
 
-    /// The cache.
-    pub fn cache(&self) -> &Arc<RowCache> {
-        &self.cache
+impl<S, T> Tiered<S, T> {
+    /// `tier` in front of `inner` (each tier's own constructor checks what
+    /// it needs first).
+    pub(crate) fn with_tier(inner: S, tier: T) -> Tiered<S, T> {
+        Tiered { inner, tier }
     }
 
     /// The wrapped source.
     pub fn inner(&self) -> &S {
         &self.inner
     }
+
+    /// The tier.
+    pub(crate) fn tier(&self) -> &T {
+        &self.tier
+    }
 }
 
-impl<S: RowSource> RowSource for CachedSource<S> {
+impl<S: RowSource, T: Tier> RowSource for Tiered<S, T> {
     fn name(&self) -> String {
-        format!("cached({})", self.inner.name())
+        format!("{}({})", self.tier.label(), self.inner.name())
     }
 
     fn tables(&self) -> usize {
@@ -145,19 +164,51 @@ impl<S: RowSource> RowSource for CachedSource<S> {
         out: &mut [u8],
         priority: Priority,
     ) -> Result<BatchStats> {
-        let cache = &self.cache;
+        self.tier.read(&self.inner, table, rows, out, priority)
+    }
+}
+
+/// A [`RowSource`] that serves rows from a [`RowCache`] and reads only the
+/// misses, in one batch, through the inner source.
+pub type CachedSource<S> = Tiered<S, Arc<RowCache>>;
+
+impl<S: RowSource> CachedSource<S> {
+    /// Wraps `inner` with `cache` (shareable, e.g. across sequences of one
+    /// session).
+    pub fn new(inner: S, cache: Arc<RowCache>) -> CachedSource<S> {
+        Tiered::with_tier(inner, cache)
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &Arc<RowCache> {
+        self.tier()
+    }
+}
+
+impl Tier for Arc<RowCache> {
+    fn label(&self) -> &'static str {
+        "cached"
+    }
+
+    fn read<S: RowSource + ?Sized>(
+        &self,
+        inner: &S,
+        table: usize,
+        rows: &[u32],
+        out: &mut [u8],
+        priority: Priority,
+    ) -> Result<BatchStats> {
         let through = read_through(
-            &self.inner,
+            inner,
             table,
             rows,
             out,
             priority,
-            |row| cache.get(table, row),
-            |row, bytes| cache.insert(table, row, bytes),
+            |row| self.get(table, row),
+            |row, bytes| self.insert(table, row, bytes),
         )?;
-        cache.hits.fetch_add(through.hits, Ordering::Relaxed);
-        cache
-            .misses
+        self.hits.fetch_add(through.hits, Ordering::Relaxed);
+        self.misses
             .fetch_add(through.groups - through.hits, Ordering::Relaxed);
         let mut stats = through.stats;
         stats.cache_hits = through.hits;

@@ -4,17 +4,14 @@
 use std::sync::Arc;
 
 use super::HotSet;
-use crate::cache::read_through;
+use crate::cache::{read_through, Tier, Tiered};
 use crate::io::{BatchStats, Priority, RowSource};
 use crate::{Error, Result};
 
 /// A hot tier in front of `inner`. Hot rows are not copied into the row
 /// cache behind it: they never miss, so caching them would only spend the
 /// cache's budget twice.
-pub struct HotSource<S> {
-    inner: S,
-    hot: Arc<HotSet>,
-}
+pub type HotSource<S> = Tiered<S, Arc<HotSet>>;
 
 impl<S: RowSource> HotSource<S> {
     /// Wraps `inner` with `hot`, after checking they agree on tables and
@@ -46,47 +43,31 @@ impl<S: RowSource> HotSource<S> {
             }
         }
         hot.verify(&inner)?;
-        Ok(HotSource { inner, hot })
+        Ok(Tiered::with_tier(inner, hot))
     }
 
     /// The hot set.
     pub fn hot(&self) -> &Arc<HotSet> {
-        &self.hot
-    }
-
-    /// The wrapped source.
-    pub fn inner(&self) -> &S {
-        &self.inner
+        self.tier()
     }
 }
 
-impl<S: RowSource> RowSource for HotSource<S> {
-    fn name(&self) -> String {
-        format!("hot({})", self.inner.name())
+impl Tier for Arc<HotSet> {
+    fn label(&self) -> &'static str {
+        "hot"
     }
 
-    fn tables(&self) -> usize {
-        self.inner.tables()
-    }
-
-    fn table_rows(&self, table: usize) -> u64 {
-        self.inner.table_rows(table)
-    }
-
-    fn row_bytes(&self, table: usize) -> usize {
-        self.inner.row_bytes(table)
-    }
-
-    fn read_rows_at(
+    fn read<S: RowSource + ?Sized>(
         &self,
+        inner: &S,
         table: usize,
         rows: &[u32],
         out: &mut [u8],
         priority: Priority,
     ) -> Result<BatchStats> {
-        let hot = self.hot.table(table);
+        let hot = self.table(table);
         let through = read_through(
-            &self.inner,
+            inner,
             table,
             rows,
             out,
