@@ -96,24 +96,28 @@ impl RowCache {
     }
 }
 
-/// A tier in front of a row source: what it holds and what it keeps of the
-/// rows read past it. [`Tiered`] does the rest (the forwarding, the read
-/// path), so each tier says only what is its own.
+/// A tier in front of a row source: what it holds, what it keeps of the
+/// rows read past it, and how it counts its hits. [`Tiered`] does the rest
+/// (the forwarding and the read path, [`read_through`]), so each tier says
+/// only what is its own.
 pub trait Tier: Send + Sync {
+    /// Bytes of a held row.
+    type Row<'a>: AsRef<[u8]>
+    where
+        Self: 'a;
+
     /// The tier's name in the source's name (`cached(...)`, `hot(...)`).
     fn label(&self) -> &'static str;
 
-    /// Reads `rows` of `table` into `out` (request order), serving what the
-    /// tier holds and reading the rest through `inner`, usually with
-    /// [`read_through`]; counts its hits in the returned stats.
-    fn read<S: RowSource + ?Sized>(
-        &self,
-        inner: &S,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats>;
+    /// The bytes of `row` of `table`, if the tier holds them.
+    fn held(&self, table: usize, row: u32) -> Option<Self::Row<'_>>;
+
+    /// A row of `table` read past the tier (the row cache keeps it).
+    fn fetched(&self, table: usize, row: u32, bytes: &[u8]);
+
+    /// Records `hits` of `distinct` rows asked for, in `stats` and in the
+    /// tier's own counters.
+    fn count(&self, hits: u64, distinct: u64, stats: &mut BatchStats);
 }
 
 /// A [`RowSource`] made of a [`Tier`] in front of `inner`.
@@ -164,7 +168,19 @@ impl<S: RowSource, T: Tier> RowSource for Tiered<S, T> {
         out: &mut [u8],
         priority: Priority,
     ) -> Result<BatchStats> {
-        self.tier.read(&self.inner, table, rows, out, priority)
+        let tier = &self.tier;
+        let through = read_through(
+            &self.inner,
+            table,
+            rows,
+            out,
+            priority,
+            |row| tier.held(table, row),
+            |row, bytes| tier.fetched(table, row, bytes),
+        )?;
+        let mut stats = through.stats;
+        tier.count(through.hits, through.groups, &mut stats);
+        Ok(stats)
     }
 }
 
@@ -186,33 +202,24 @@ impl<S: RowSource> CachedSource<S> {
 }
 
 impl Tier for Arc<RowCache> {
+    type Row<'a> = Arc<[u8]>;
+
     fn label(&self) -> &'static str {
         "cached"
     }
 
-    fn read<S: RowSource + ?Sized>(
-        &self,
-        inner: &S,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
-        let through = read_through(
-            inner,
-            table,
-            rows,
-            out,
-            priority,
-            |row| self.get(table, row),
-            |row, bytes| self.insert(table, row, bytes),
-        )?;
-        self.hits.fetch_add(through.hits, Ordering::Relaxed);
-        self.misses
-            .fetch_add(through.groups - through.hits, Ordering::Relaxed);
-        let mut stats = through.stats;
-        stats.cache_hits = through.hits;
-        Ok(stats)
+    fn held(&self, table: usize, row: u32) -> Option<Arc<[u8]>> {
+        self.get(table, row)
+    }
+
+    fn fetched(&self, table: usize, row: u32, bytes: &[u8]) {
+        self.insert(table, row, bytes);
+    }
+
+    fn count(&self, hits: u64, distinct: u64, stats: &mut BatchStats) {
+        self.hits.fetch_add(hits, Ordering::Relaxed);
+        self.misses.fetch_add(distinct - hits, Ordering::Relaxed);
+        stats.cache_hits = hits;
     }
 }
 

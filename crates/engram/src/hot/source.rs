@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::HotSet;
-use crate::cache::{read_through, Tier, Tiered};
-use crate::io::{BatchStats, Priority, RowSource};
+use crate::cache::{Tier, Tiered};
+use crate::io::{BatchStats, RowSource};
 use crate::{Error, Result};
 
 /// A hot tier in front of `inner`. Hot rows are not copied into the row
@@ -53,30 +53,20 @@ impl<S: RowSource> HotSource<S> {
 }
 
 impl Tier for Arc<HotSet> {
+    type Row<'a> = &'a [u8];
+
     fn label(&self) -> &'static str {
         "hot"
     }
 
-    fn read<S: RowSource + ?Sized>(
-        &self,
-        inner: &S,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
-        let hot = self.table(table);
-        let through = read_through(
-            inner,
-            table,
-            rows,
-            out,
-            priority,
-            |row| hot.and_then(|h| h.get(row)),
-            |_, _| {},
-        )?;
-        let mut stats = through.stats;
-        stats.hot_hits = through.hits;
-        Ok(stats)
+    fn held(&self, table: usize, row: u32) -> Option<&[u8]> {
+        self.table(table).and_then(|h| h.get(row))
+    }
+
+    /// Rows read past the hot set are left to the tiers behind it.
+    fn fetched(&self, _table: usize, _row: u32, _bytes: &[u8]) {}
+
+    fn count(&self, hits: u64, _distinct: u64, stats: &mut BatchStats) {
+        stats.hot_hits = hits;
     }
 }
