@@ -75,6 +75,13 @@ pub enum Error {
     /// A caller passed a value outside what the call accepts.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A [`crate::io::Priority::Resident`] read found a row that is not in
+    /// memory: nothing failed, the rows must be read from storage.
+    #[error("rows of table {table} are not all in memory")]
+    NotResident {
+        /// Table index (0-based, in layer order).
+        table: usize,
+    },
     /// The operation was cancelled (its sequence, prefill or engine was dropped).
     #[error("cancelled")]
     Cancelled,

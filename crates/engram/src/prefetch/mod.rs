@@ -45,7 +45,7 @@ use crate::layout::Layout;
 use crate::model::Model;
 use crate::stats::{Phase, Stats, StatsRecorder};
 use crate::{Error, Result};
-use decode::StepJob;
+use decode::{ReadMode, StepJob};
 use hint::HintTask;
 use pool::{Pool, PoolShared};
 use prefill::{Mode, Plan, PrefillSetup};
@@ -146,7 +146,10 @@ impl Engine {
             shared.ids(1),
             &cols,
             &shared.decode,
-            shared.config.batch,
+            ReadMode {
+                batch: shared.config.batch,
+                resident: shared.config.resident,
+            },
             &shared.source,
             &stats,
         ));

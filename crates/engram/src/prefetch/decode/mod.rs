@@ -5,9 +5,15 @@
 //! layer comes first), and hints issued meanwhile wait until that task has
 //! read the first table, so nothing shares the device with the rows the
 //! next layer waits for.
+//!
+//! Tables whose rows are all in memory (the row cache; on Linux the page
+//! cache, read with `RWF_NOWAIT`) are copied on the caller's thread in
+//! `step_begin` instead: no thread hop, no wake-up of a reader that a busy
+//! CPU may run late. See [`ResidentProbe`] for when that is tried.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -51,6 +57,56 @@ struct HeldHints {
     tasks: Vec<Box<dyn Task>>,
 }
 
+/// How a sequence's steps read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadMode {
+    /// `false`: one request per row (ENGRAM_BATCH=0).
+    pub batch: bool,
+    /// Serve tables whose rows are all in memory on the caller's thread.
+    pub resident: bool,
+}
+
+/// When a step tries its rows from memory on the caller's thread.
+///
+/// Why not every step: a try that fails costs the forward thread the row
+/// cache lookups and one `RWF_NOWAIT` read before the rows go to a reader
+/// anyway; on a cold table (scale 8) serving from the cache inline measured
+/// 163 us of stall for `full` against 45 us for a plain reader hand-off.
+/// So after a step that was not all resident the next `skip` steps go
+/// straight to the readers, `skip` doubling up to [`MAX_SKIP`]; a step
+/// that is all resident resets it. Touched by the consumer's thread only
+/// (`step_begin` needs the sequence mutably): relaxed atomics suffice.
+#[derive(Default)]
+struct ResidentProbe {
+    skip: AtomicU32,
+    backoff: AtomicU32,
+}
+
+/// Steps at most between two tries of a cold sequence.
+const MAX_SKIP: u32 = 64;
+
+impl ResidentProbe {
+    /// True when this step should try memory first.
+    fn try_now(&self) -> bool {
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip > 0 {
+            self.skip.store(skip - 1, Ordering::Relaxed);
+        }
+        skip == 0
+    }
+
+    /// Records whether the try served every table.
+    fn record(&self, all_resident: bool) {
+        let backoff = if all_resident {
+            0
+        } else {
+            (self.backoff.load(Ordering::Relaxed) * 2).clamp(1, MAX_SKIP)
+        };
+        self.backoff.store(backoff, Ordering::Relaxed);
+        self.skip.store(backoff, Ordering::Relaxed);
+    }
+}
+
 /// A sequence's decode state shared with the step readers.
 pub(crate) struct StepJob {
     pub(crate) id: u64,
@@ -64,7 +120,8 @@ pub(crate) struct StepJob {
     tables: Vec<StepTable>,
     row_bytes: Vec<usize>,
     decode: Vec<Option<Encoding>>,
-    batch: bool,
+    mode: ReadMode,
+    probe: ResidentProbe,
     source: Arc<dyn RowSource>,
     stats: Arc<StatsRecorder>,
 }
@@ -74,7 +131,7 @@ impl StepJob {
         id: u64,
         cols: &[usize],
         decode: &[Option<Encoding>],
-        batch: bool,
+        mode: ReadMode,
         source: &Arc<dyn RowSource>,
         stats: &Arc<StatsRecorder>,
     ) -> StepJob {
@@ -101,31 +158,29 @@ impl StepJob {
                 .collect(),
             row_bytes,
             decode: decode.to_vec(),
-            batch,
+            mode,
+            probe: ResidentProbe::default(),
             source: source.clone(),
             stats: stats.clone(),
         }
     }
 
-    fn ctx(&self) -> ReadCtx<'_> {
-        ReadCtx {
-            source: &self.source,
-            stats: &self.stats,
-            phase: Phase::Decode,
-            priority: Priority::Demand,
-            batch: self.batch,
-        }
-    }
-
-    /// Reads the current step's rows of `table` into its buffer.
+    /// Reads the current step's rows of `table` into its buffer at
+    /// `priority` (at [`Priority::Resident`]: only if all are in memory).
     ///
     /// Caller guarantees no view of the buffer is live and no other reader
     /// runs (one step task at a time per table; views borrow the sequence
     /// mutably and end before the next `step_begin`).
-    fn read(&self, table: usize) -> Result<()> {
+    fn read(&self, table: usize, priority: Priority) -> Result<()> {
         let t = &self.tables[table];
         let rows = lock(&t.rows).clone();
-        let ctx = self.ctx();
+        let ctx = ReadCtx {
+            source: &self.source,
+            stats: &self.stats,
+            phase: Phase::Decode,
+            priority,
+            batch: self.mode.batch,
+        };
         match self.decode[table] {
             // SAFETY: per the caller's guarantee.
             Some(enc) => ctx.read_f32(table, &rows, enc, unsafe {
@@ -171,24 +226,47 @@ impl StepJob {
         }
     }
 
-    /// Hands the step's reads, in table order, to one reader task; hints
-    /// are held until that task has read the first table.
-    ///
-    /// Why cached rows are not served on the caller's thread: tried, and
-    /// `engram bench` at scale 8 measured a median decode stall of 163 us
-    /// for `full` (48 row-cache lookups on the forward thread, its CPU
-    /// caches cold after a 37 ms step) against 45 us for `overlap`, whose
-    /// forward thread only wakes a reader.
+    /// Serves the leading tables whose rows are all in memory here (when
+    /// [`ResidentProbe`] says to try) and hands the rest, in table order, to
+    /// one reader task; hints are held until that task has read the first
+    /// table, if it has it.
     fn start_reads(self: &Arc<Self>, pool: &Arc<PoolShared>) {
-        for t in &self.tables {
+        let mut served = 0;
+        if self.mode.resident && self.probe.try_now() {
+            // Stops at the first table not all resident: a later table
+            // would only delay the reader of that one.
+            while served < self.tables.len() && self.serve_resident(served, pool) {
+                served += 1;
+            }
+            self.probe.record(served == self.tables.len());
+        }
+        if served == self.tables.len() {
+            return;
+        }
+        for t in &self.tables[served..] {
             t.flight.enter();
         }
-        lock(&self.held).holding = true;
+        lock(&self.held).holding = served == 0;
         pool.submit_decode(vec![Box::new(StepTask {
             job: self.clone(),
-            tables: (0..self.tables.len()).collect(),
+            tables: (served..self.tables.len()).collect(),
             pool: pool.clone(),
         })]);
+    }
+
+    /// Reads `table`'s rows on this thread if they are all in memory and
+    /// publishes them; false (nothing published) otherwise. Any failure,
+    /// an error included, leaves the table to its reader, which reports it.
+    fn serve_resident(&self, table: usize, pool: &PoolShared) -> bool {
+        // A table a test armed to panic in its reader is left to it.
+        if pool.faults.armed(PanicSite::Decode, table) {
+            return false;
+        }
+        let ok = self.read(table, Priority::Resident).is_ok();
+        if ok {
+            self.tables[table].ready.publish(1);
+        }
+        ok
     }
 
     /// Queues `task` (a hint read) now, or once the current step's first
@@ -239,7 +317,7 @@ impl StepJob {
             if let Some(Err(e)) = t.ready.try_wait(1) {
                 return Err(e);
             }
-            self.read(table)?;
+            self.read(table, Priority::Demand)?;
             t.ready.publish(1);
         } else {
             t.ready.wait(1)?;
@@ -338,7 +416,7 @@ impl Task for StepTask {
                 pool.faults.hit(PanicSite::Decode, table);
                 let t = &job.tables[table];
                 if !t.ready.is_cancelled() {
-                    match job.read(table) {
+                    match job.read(table, Priority::Demand) {
                         Ok(()) => t.ready.publish(1),
                         Err(e) => t.ready.fail(e),
                     }
@@ -373,228 +451,4 @@ impl Task for StepTask {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::super::hint::HintTask;
-    use super::*;
-    use crate::cache::{CachedSource, RowCache};
-    use crate::io::BatchStats;
-    use crate::prefetch::pool::Pool;
-
-    /// Two tables of 100 rows of 8 bytes, each byte the row id. Counts the
-    /// rows read and logs each read's start and end; with `slow`, table 0's
-    /// demand reads take 20 ms.
-    #[derive(Default)]
-    struct Probe {
-        rows_read: std::sync::atomic::AtomicU64,
-        log: Mutex<Vec<String>>,
-        slow: bool,
-    }
-
-    impl Probe {
-        fn rows_read(&self) -> u64 {
-            self.rows_read.load(std::sync::atomic::Ordering::SeqCst)
-        }
-    }
-
-    impl RowSource for Probe {
-        fn name(&self) -> String {
-            "probe".into()
-        }
-        fn tables(&self) -> usize {
-            2
-        }
-        fn table_rows(&self, _table: usize) -> u64 {
-            100
-        }
-        fn row_bytes(&self, _table: usize) -> usize {
-            8
-        }
-        fn read_rows_at(
-            &self,
-            table: usize,
-            rows: &[u32],
-            out: &mut [u8],
-            priority: Priority,
-        ) -> Result<BatchStats> {
-            let kind = if priority == Priority::Hint {
-                "hint"
-            } else {
-                "step"
-            };
-            lock(&self.log).push(format!("start {kind} {table}"));
-            if self.slow && table == 0 && priority == Priority::Demand {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            for (row, dst) in rows.iter().zip(out.chunks_exact_mut(8)) {
-                dst.fill(*row as u8);
-            }
-            let n = rows.len() as u64;
-            self.rows_read
-                .fetch_add(n, std::sync::atomic::Ordering::SeqCst);
-            lock(&self.log).push(format!("end {kind} {table}"));
-            Ok(BatchStats {
-                rows_requested: n,
-                ..BatchStats::default()
-            })
-        }
-    }
-
-    #[test]
-    fn a_step_reads_its_first_table_before_later_tables_and_hints() {
-        let inner = Arc::new(Probe {
-            slow: true,
-            ..Probe::default()
-        });
-        let source: Arc<dyn RowSource> = inner.clone();
-        let stats = Arc::new(StatsRecorder::new(2));
-        // Enough threads that nothing but the hold could order the reads.
-        let mut pool = Pool::start(3, 2, 4).unwrap();
-        let job = Arc::new(StepJob::new(
-            1,
-            &[2, 2],
-            &[None, None],
-            true,
-            &source,
-            &stats,
-        ));
-        job.ready_for_step().unwrap();
-        job.start(&[1, 2, 3, 4], true, &pool.shared());
-        for table in 0..2 {
-            job.hints.enter();
-            let hint = Box::new(HintTask {
-                owner: job.id,
-                flight: job.hints.clone(),
-                table,
-                rows: vec![9, 10],
-                source: source.clone(),
-                stats: stats.clone(),
-                pool: pool.shared(),
-            });
-            job.submit_hint(hint, &pool.shared());
-        }
-        for table in 0..2 {
-            job.wait(table, true).unwrap();
-        }
-        job.hints.wait_idle();
-        let log = lock(&inner.log).clone();
-        assert_eq!(log.len(), 8, "{log:?}");
-        assert_eq!(&log[..2], ["start step 0", "end step 0"], "{log:?}");
-        job.cancel_and_join(&pool.shared());
-        pool.shutdown();
-    }
-
-    #[test]
-    fn a_step_whose_rows_are_cached_reads_nothing_from_storage() {
-        let inner = Arc::new(Probe::default());
-        let cache = Arc::new(RowCache::new(1 << 20, 8));
-        let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(inner.clone(), cache));
-        let stats = Arc::new(StatsRecorder::new(2));
-        let mut pool = Pool::start(1, 1, 4).unwrap();
-        let job = Arc::new(StepJob::new(
-            1,
-            &[3, 3],
-            &[None, None],
-            true,
-            &source,
-            &stats,
-        ));
-        let ids = [1, 2, 3, 4, 5, 6];
-        // Step 1 misses: the rows are fetched (and fill the cache).
-        job.ready_for_step().unwrap();
-        job.start(&ids, true, &pool.shared());
-        for table in 0..2 {
-            job.wait(table, true).unwrap();
-        }
-        let read = inner.rows_read();
-        assert_eq!(read, 6);
-        // Step 2 asks for the same rows: all served from the cache.
-        job.ready_for_step().unwrap();
-        job.start(&ids, true, &pool.shared());
-        job.wait(0, true).unwrap();
-        let (rows, _) = job.wait(1, true).unwrap();
-        let expected: Vec<u8> = [4u8, 5, 6].iter().flat_map(|&r| [r; 8]).collect();
-        assert_eq!(rows, expected);
-        assert_eq!(inner.rows_read(), read);
-        // One new row in table 1 is the only storage read of step 3.
-        job.ready_for_step().unwrap();
-        job.start(&[1, 2, 3, 4, 5, 7], true, &pool.shared());
-        job.wait(1, true).unwrap();
-        assert_eq!(inner.rows_read(), read + 1);
-        job.cancel_and_join(&pool.shared());
-        pool.shutdown();
-    }
-
-    /// Occupies a pool thread until the gate opens.
-    struct Gate {
-        running: std::sync::mpsc::Sender<()>,
-        gate: std::sync::mpsc::Receiver<()>,
-    }
-
-    impl Task for Gate {
-        fn run(self: Box<Self>) {
-            let _ = self.running.send(());
-            let _ = self.gate.recv_timeout(std::time::Duration::from_secs(10));
-        }
-        fn abandon(self: Box<Self>) {}
-        fn owner(&self) -> u64 {
-            0
-        }
-    }
-
-    #[test]
-    fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
-        let source: Arc<dyn RowSource> = Arc::new(Probe::default());
-        let stats = Arc::new(StatsRecorder::new(2));
-        let mut pool = Pool::start(1, 1, 8).unwrap();
-        // The only general thread is busy: a queued hint would wait behind
-        // it (as behind other sequences' demand reads).
-        let (running, started) = std::sync::mpsc::channel();
-        let (open, gate) = std::sync::mpsc::channel();
-        pool.shared()
-            .submit_demand(Box::new(Gate { running, gate }));
-        started.recv().unwrap();
-        let job = StepJob::new(1, &[2, 2], &[None, None], true, &source, &stats);
-        lock(&job.held).holding = true; // a step's first table is being read
-        job.hints.enter();
-        let hint = Box::new(HintTask {
-            owner: job.id,
-            flight: job.hints.clone(),
-            table: 0,
-            rows: vec![1, 2],
-            source: source.clone(),
-            stats: stats.clone(),
-            pool: pool.shared(),
-        });
-        job.submit_hint(hint, &pool.shared());
-        // The drop marks the hints cancelled and purges the pool's queues;
-        // then the step task finishes its first table and releases the
-        // hints it held: they must not reach the pool, where nothing would
-        // purge them again.
-        job.cancel_hints();
-        pool.shared().cancel_owner(job.id);
-        job.release_hints(&pool.shared());
-        // Nor does a hint submitted after the purge.
-        job.hints.enter();
-        let late = Box::new(HintTask {
-            owner: job.id,
-            flight: job.hints.clone(),
-            table: 1,
-            rows: vec![3],
-            source: source.clone(),
-            stats: stats.clone(),
-            pool: pool.shared(),
-        });
-        job.submit_hint(late, &pool.shared());
-        let (done, idle) = std::sync::mpsc::channel();
-        let flight = job.hints.clone();
-        let waiter = std::thread::spawn(move || {
-            flight.wait_idle();
-            let _ = done.send(());
-        });
-        let drained = idle.recv_timeout(std::time::Duration::from_secs(5));
-        open.send(()).unwrap();
-        waiter.join().unwrap();
-        assert!(drained.is_ok(), "a hint was queued after the drop began");
-        pool.shutdown();
-    }
-}
+mod tests;
