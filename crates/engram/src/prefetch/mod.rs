@@ -497,7 +497,9 @@ impl Sequence {
         if self.step == 0 {
             return Err(Error::InvalidArgument("step_wait before step_begin".into()));
         }
-        let (rows, stall) = self.steps.wait(table, self.shared.config.prefetch)?;
+        let (rows, stall) =
+            self.steps
+                .wait(table, self.shared.config.prefetch, &self.shared.pool)?;
         self.stats.record_wait(Phase::Decode, table, 1, stall);
         self.step_stall += stall;
         Ok(RowsView {

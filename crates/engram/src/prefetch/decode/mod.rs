@@ -6,14 +6,20 @@
 //! read the first table, so nothing shares the device with the rows the
 //! next layer waits for.
 //!
-//! Tables whose rows are all in memory (the row cache; on Linux the page
-//! cache, read with `RWF_NOWAIT`) are copied on the caller's thread in
-//! `step_begin` instead: no thread hop, no wake-up of a reader that a busy
-//! CPU may run late. See [`ResidentProbe`] for when that is tried.
+//! Rows already in memory never wait for a thread hop: `step_begin` copies
+//! the tables whose rows are all resident (the row cache; on Linux the page
+//! cache, read with `preadv2(RWF_NOWAIT)`) on the caller's thread. macOS has
+//! no non-blocking read of the page cache, so there only row-cache hits are
+//! copied this way and a page-cache hit goes to a reader as a miss does. A
+//! table left to the reader is read by whoever claims it first: the reader
+//! task, or the consumer at the table's wait when the reader has not started
+//! it (a busy CPU runs a woken reader late: measured up to milliseconds).
+//! Both try memory first on their own thread, without handing the rows to
+//! the engine's pread pool (one more hop); see [`ResidentProbe`].
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -36,6 +42,16 @@ struct StepTable {
     rows: Mutex<Vec<u32>>,
     buf: RingBuf,
     flight: Arc<InFlight>,
+    /// Someone (the step's reader task or the consumer) has taken this
+    /// step's read of the table; cleared by every `start`.
+    claimed: AtomicBool,
+}
+
+impl StepTable {
+    /// Takes this step's read of the table; false when it is taken.
+    fn claim(&self) -> bool {
+        !self.claimed.swap(true, Ordering::AcqRel)
+    }
 }
 
 /// Hints that wait for the current step's first table.
@@ -66,16 +82,15 @@ pub(crate) struct ReadMode {
     pub resident: bool,
 }
 
-/// When a step tries its rows from memory on the caller's thread.
+/// When a table's read tries memory first ([`Priority::Resident`]).
 ///
-/// Why not every step: a try that fails costs the forward thread the row
-/// cache lookups and one `RWF_NOWAIT` read before the rows go to a reader
-/// anyway; on a cold table (scale 8) serving from the cache inline measured
-/// 163 us of stall for `full` against 45 us for a plain reader hand-off.
-/// So after a step that was not all resident the next `skip` steps go
-/// straight to the readers, `skip` doubling up to [`MAX_SKIP`]; a step
-/// that is all resident resets it. Touched by the consumer's thread only
-/// (`step_begin` needs the sequence mutably): relaxed atomics suffice.
+/// Why not always: a try that fails costs the row cache lookups and one
+/// `RWF_NOWAIT` read before the rows are read from storage anyway (on a
+/// cold table at scale 8, cache lookups on the forward thread measured 163
+/// us of stall for `full` against 45 us without). So after a table that
+/// was not all resident the next `skip` reads go straight to storage,
+/// `skip` doubling up to [`MAX_SKIP`]; a resident table resets it. A
+/// heuristic shared by the reader and the consumer: relaxed atomics.
 #[derive(Default)]
 struct ResidentProbe {
     skip: AtomicU32,
@@ -95,9 +110,9 @@ impl ResidentProbe {
         skip == 0
     }
 
-    /// Records whether the try served every table.
-    fn record(&self, all_resident: bool) {
-        let backoff = if all_resident {
+    /// Records whether the try served the table.
+    fn record(&self, resident: bool) {
+        let backoff = if resident {
             0
         } else {
             (self.backoff.load(Ordering::Relaxed) * 2).clamp(1, MAX_SKIP)
@@ -154,6 +169,7 @@ impl StepJob {
                     rows: Mutex::new(Vec::with_capacity(c)),
                     buf: RingBuf::new(c * rb),
                     flight: Arc::new(InFlight::new()),
+                    claimed: AtomicBool::new(false),
                 })
                 .collect(),
             row_bytes,
@@ -217,6 +233,7 @@ impl StepJob {
             // No reader is left (ready_for_step) and the consumer is the
             // caller, as `restart` requires.
             t.ready.restart();
+            t.claimed.store(false, Ordering::Release);
             let mut rows = lock(&t.rows);
             rows.clear();
             rows.extend_from_slice(&ids[table * cols..(table + 1) * cols]);
@@ -226,15 +243,22 @@ impl StepJob {
         }
     }
 
-    /// Serves the leading tables whose rows are all in memory here (when
-    /// [`ResidentProbe`] says to try) and hands the rest, in table order, to
-    /// one reader task; hints are held until that task has read the first
-    /// table, if it has it.
+    /// Reads the leading tables whose rows are all in memory here, when
+    /// [`ResidentProbe`] says to try, and hands the rest, in table order,
+    /// to one reader task; hints are held until the first table is read.
+    ///
+    /// Why here and not only at the wait: on a busy CPU (`--compute cpu`
+    /// on 2 cores) a woken reader that claimed a table can be preempted for
+    /// milliseconds while the consumer waits on it (measured mean stalls of
+    /// 0.8-1.8 ms per step); read here, a step's resident rows cost the
+    /// forward thread 10-20 us per table and never wait on another thread.
     fn start_reads(self: &Arc<Self>, pool: &Arc<PoolShared>) {
         let mut served = 0;
         if self.mode.resident && self.probe.try_now() {
-            // Stops at the first table not all resident: a later table
-            // would only delay the reader of that one.
+            // Every table, not only the first: a later table left to a
+            // reader measured p90 step stalls of 4-9 ms on a loaded 2-core
+            // machine (the reader preempted while it held the table),
+            // against 63-87 us with both read here.
             while served < self.tables.len() && self.serve_resident(served, pool) {
                 served += 1;
             }
@@ -254,19 +278,39 @@ impl StepJob {
         })]);
     }
 
-    /// Reads `table`'s rows on this thread if they are all in memory and
-    /// publishes them; false (nothing published) otherwise. Any failure,
-    /// an error included, leaves the table to its reader, which reports it.
+    /// Reads `table`'s rows here if they are all in memory and publishes
+    /// them (true); otherwise leaves the table unclaimed for its reader.
     fn serve_resident(&self, table: usize, pool: &PoolShared) -> bool {
+        let t = &self.tables[table];
         // A table a test armed to panic in its reader is left to it.
-        if pool.faults.armed(PanicSite::Decode, table) {
+        if pool.faults.armed(PanicSite::Decode, table) || !t.claim() {
             return false;
         }
-        let ok = self.read(table, Priority::Resident).is_ok();
-        if ok {
-            self.tables[table].ready.publish(1);
+        if self.read(table, Priority::Resident).is_ok() {
+            t.ready.publish(1);
+            return true;
         }
-        ok
+        t.claimed.store(false, Ordering::Release);
+        false
+    }
+
+    /// Reads `table`'s rows (claimed by the caller): from memory on this
+    /// thread if [`ResidentProbe`] says to try and they are all there, else
+    /// from storage; then publishes them or the error.
+    fn read_claimed(&self, table: usize) {
+        let t = &self.tables[table];
+        if self.mode.resident && self.probe.try_now() {
+            let resident = self.read(table, Priority::Resident).is_ok();
+            self.probe.record(resident);
+            if resident {
+                t.ready.publish(1);
+                return;
+            }
+        }
+        match self.read(table, Priority::Demand) {
+            Ok(()) => t.ready.publish(1),
+            Err(e) => t.ready.fail(e),
+        }
     }
 
     /// Queues `task` (a hint read) now, or once the current step's first
@@ -300,12 +344,18 @@ impl StepJob {
     }
 
     /// Blocks until the current step's rows of `table` are read (reading
-    /// them now without prefetch) and returns them with the time blocked.
+    /// them now without prefetch, or when the step's reader has not started
+    /// them) and returns them with the time blocked.
     ///
     /// Without prefetch a failed read records nothing, so the wait can be
-    /// repeated and reads again; with prefetch the step's reader recorded
-    /// the error, and every wait of this step returns it.
-    pub(crate) fn wait(&self, table: usize, prefetch: bool) -> Result<(&[u8], Duration)> {
+    /// repeated and reads again; with prefetch the step's error is
+    /// recorded, and every wait of this step returns it.
+    pub(crate) fn wait(
+        &self,
+        table: usize,
+        prefetch: bool,
+        pool: &PoolShared,
+    ) -> Result<(&[u8], Duration)> {
         let t = self.tables.get(table).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "table {table} out of range (the model has {})",
@@ -320,6 +370,10 @@ impl StepJob {
             self.read(table, Priority::Demand)?;
             t.ready.publish(1);
         } else {
+            // A table a test armed to panic in its reader is left to it.
+            if t.ready.count() < 1 && !pool.faults.armed(PanicSite::Decode, table) && t.claim() {
+                self.read_claimed(table);
+            }
             t.ready.wait(1)?;
         }
         let stall = started.elapsed();
@@ -410,16 +464,22 @@ impl Task for StepTask {
         let job = Leaving::new(job, flights);
         // The table being read, for the message if it panics.
         let at = Cell::new(tables.first().copied().unwrap_or(0));
+        // Tables this task claimed (the consumer reads the others).
+        let mine = RefCell::new(Vec::with_capacity(tables.len()));
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             for (i, &table) in tables.iter().enumerate() {
                 at.set(table);
-                pool.faults.hit(PanicSite::Decode, table);
                 let t = &job.tables[table];
-                if !t.ready.is_cancelled() {
-                    match job.read(table, Priority::Demand) {
-                        Ok(()) => t.ready.publish(1),
-                        Err(e) => t.ready.fail(e),
-                    }
+                if !t.ready.is_cancelled() && t.claim() {
+                    mine.borrow_mut().push(table);
+                    pool.faults.hit(PanicSite::Decode, table);
+                    job.read_claimed(table);
+                } else if i == 0 {
+                    // The consumer is reading the first table itself: the
+                    // later tables and the hints still wait until it is
+                    // read (the wait ends: that read is synchronous and
+                    // publishes or fails; a cancel ends it too).
+                    let _ = t.ready.wait(1);
                 }
                 if i == 0 {
                     job.release_hints(&pool);
@@ -427,7 +487,16 @@ impl Task for StepTask {
             }
         }));
         if let Err(panic) = outcome {
-            job.break_down(at.get(), &tables, &panic_message(&*panic), &pool);
+            // Fails the tables it claimed (the panic is in one of them)
+            // and those nobody claimed yet (claimed now, so the consumer
+            // does not read them after).
+            let mine = mine.into_inner();
+            let torn: Vec<usize> = tables
+                .iter()
+                .copied()
+                .filter(|&table| mine.contains(&table) || job.tables[table].claim())
+                .collect();
+            job.break_down(at.get(), &torn, &panic_message(&*panic), &pool);
         }
     }
 

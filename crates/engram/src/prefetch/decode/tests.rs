@@ -110,7 +110,7 @@ fn a_step_reads_its_first_table_before_later_tables_and_hints() {
         job.submit_hint(hint, &pool.shared());
     }
     for table in 0..2 {
-        job.wait(table, true).unwrap();
+        job.wait(table, true, &pool.shared()).unwrap();
     }
     job.hints.wait_idle();
     let log = lock(&inner.log).clone();
@@ -140,22 +140,22 @@ fn a_step_whose_rows_are_cached_reads_nothing_from_storage() {
     job.ready_for_step().unwrap();
     job.start(&ids, true, &pool.shared());
     for table in 0..2 {
-        job.wait(table, true).unwrap();
+        job.wait(table, true, &pool.shared()).unwrap();
     }
     let read = inner.rows_read();
     assert_eq!(read, 6);
     // Step 2 asks for the same rows: all served from the cache.
     job.ready_for_step().unwrap();
     job.start(&ids, true, &pool.shared());
-    job.wait(0, true).unwrap();
-    let (rows, _) = job.wait(1, true).unwrap();
+    job.wait(0, true, &pool.shared()).unwrap();
+    let (rows, _) = job.wait(1, true, &pool.shared()).unwrap();
     let expected: Vec<u8> = [4u8, 5, 6].iter().flat_map(|&r| [r; 8]).collect();
     assert_eq!(rows, expected);
     assert_eq!(inner.rows_read(), read);
     // One new row in table 1 is the only storage read of step 3.
     job.ready_for_step().unwrap();
     job.start(&[1, 2, 3, 4, 5, 7], true, &pool.shared());
-    job.wait(1, true).unwrap();
+    job.wait(1, true, &pool.shared()).unwrap();
     assert_eq!(inner.rows_read(), read + 1);
     job.cancel_and_join(&pool.shared());
     pool.shutdown();
@@ -257,12 +257,18 @@ fn a_step_not_all_in_memory_backs_off_trying_memory_first_and_one_that_is_resets
 }
 
 #[test]
-fn a_table_in_memory_is_served_inline_and_the_rest_goes_to_a_reader() {
+fn a_cached_first_table_is_read_in_start_and_one_its_reader_has_not_started_by_the_consumer() {
     let inner = Arc::new(Probe::default());
     let cache = Arc::new(RowCache::new(1 << 20, 8));
     let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(inner.clone(), cache.clone()));
     let stats = Arc::new(StatsRecorder::new(2));
     let mut pool = Pool::start(1, 1, 4).unwrap();
+    // The only decode thread is busy, as a reader a loaded CPU runs late.
+    let (running, started) = std::sync::mpsc::channel();
+    let (open, gate) = std::sync::mpsc::channel();
+    pool.shared()
+        .submit_decode(vec![Box::new(Gate { running, gate })]);
+    started.recv().unwrap();
     let job = Arc::new(StepJob::new(
         1,
         &[2, 2],
@@ -271,19 +277,32 @@ fn a_table_in_memory_is_served_inline_and_the_rest_goes_to_a_reader() {
         &source,
         &stats,
     ));
-    // Table 0's rows are cached, table 1's are not.
+    // Table 0's rows are cached (read from memory), table 1's are not.
     cache.insert(0, 1, &[1; 8]);
     cache.insert(0, 2, &[2; 8]);
     job.ready_for_step().unwrap();
     job.start(&[1, 2, 3, 4], true, &pool.shared());
-    assert_eq!(job.tables[0].ready.count(), 1, "table 0 served inline");
-    let (rows, _) = job.wait(1, true).unwrap();
-    assert_eq!(rows, [[3u8; 8], [4u8; 8]].concat());
-    let (rows, _) = job.wait(0, true).unwrap();
-    assert_eq!(rows, [[1u8; 8], [2u8; 8]].concat());
-    // Only table 1 reached storage, through the reader.
+    assert_eq!(job.tables[0].ready.count(), 1, "table 0 copied in start");
+    let (done, waited) = std::sync::mpsc::channel();
+    let consumer = {
+        let (job, shared) = (job.clone(), pool.shared());
+        std::thread::spawn(move || {
+            let rows: Vec<Vec<u8>> = (0..2)
+                .map(|table| job.wait(table, true, &shared).unwrap().0.to_vec())
+                .collect();
+            let _ = done.send(rows);
+        })
+    };
+    let rows = waited.recv_timeout(std::time::Duration::from_secs(10));
+    open.send(()).unwrap();
+    consumer.join().unwrap();
+    let rows = rows.expect("the waits ended without the reader");
+    assert_eq!(rows[0], [[1u8; 8], [2u8; 8]].concat());
+    assert_eq!(rows[1], [[3u8; 8], [4u8; 8]].concat());
+    // The reader, once it runs, finds both tables taken and reads nothing.
+    job.ready_for_step().unwrap();
     assert_eq!(inner.rows_read(), 2);
-    assert_eq!(lock(&inner.log).clone(), ["start step 1", "end step 1"]);
+    assert_eq!(lock(&inner.log).len(), 2);
     job.cancel_and_join(&pool.shared());
     pool.shutdown();
 }
