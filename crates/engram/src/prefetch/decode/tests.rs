@@ -13,6 +13,18 @@ const MODE: ReadMode = ReadMode {
     resident: true,
 };
 
+/// A step job of sequence 1 over two raw tables of `cols` rows per step.
+fn step_job(cols: usize, source: &Arc<dyn RowSource>, stats: &Arc<StatsRecorder>) -> Arc<StepJob> {
+    Arc::new(StepJob::new(
+        1,
+        &[cols, cols],
+        &[None, None],
+        MODE,
+        source,
+        stats,
+    ))
+}
+
 /// Two tables of 100 rows of 8 bytes, each byte the row id. Counts the
 /// rows read and logs each read's start and end; with `slow`, table 0's
 /// demand reads take 20 ms.
@@ -86,14 +98,7 @@ fn a_step_reads_its_first_table_before_later_tables_and_hints() {
     let stats = Arc::new(StatsRecorder::new(2));
     // Enough threads that nothing but the hold could order the reads.
     let mut pool = Pool::start(3, 2, 4).unwrap();
-    let job = Arc::new(StepJob::new(
-        1,
-        &[2, 2],
-        &[None, None],
-        MODE,
-        &source,
-        &stats,
-    ));
+    let job = step_job(2, &source, &stats);
     job.ready_for_step().unwrap();
     job.start(&[1, 2, 3, 4], true, &pool.shared());
     for table in 0..2 {
@@ -127,14 +132,7 @@ fn a_step_whose_rows_are_cached_reads_nothing_from_storage() {
     let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(inner.clone(), cache));
     let stats = Arc::new(StatsRecorder::new(2));
     let mut pool = Pool::start(1, 1, 4).unwrap();
-    let job = Arc::new(StepJob::new(
-        1,
-        &[3, 3],
-        &[None, None],
-        MODE,
-        &source,
-        &stats,
-    ));
+    let job = step_job(3, &source, &stats);
     let ids = [1, 2, 3, 4, 5, 6];
     // Step 1 misses: the rows are fetched (and fill the cache).
     job.ready_for_step().unwrap();
@@ -269,14 +267,7 @@ fn a_cached_first_table_is_read_in_start_and_one_its_reader_has_not_started_by_t
     pool.shared()
         .submit_decode(vec![Box::new(Gate { running, gate })]);
     started.recv().unwrap();
-    let job = Arc::new(StepJob::new(
-        1,
-        &[2, 2],
-        &[None, None],
-        MODE,
-        &source,
-        &stats,
-    ));
+    let job = step_job(2, &source, &stats);
     // Table 0's rows are cached (read from memory), table 1's are not.
     cache.insert(0, 1, &[1; 8]);
     cache.insert(0, 2, &[2; 8]);
