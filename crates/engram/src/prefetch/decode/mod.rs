@@ -6,16 +6,15 @@
 //! read the first table, so nothing shares the device with the rows the
 //! next layer waits for.
 //!
-//! Rows already in memory never wait for a thread hop: `step_begin` copies
-//! the tables whose rows are all resident (the row cache; on Linux the page
-//! cache, read with `preadv2(RWF_NOWAIT)`) on the caller's thread. macOS has
-//! no non-blocking read of the page cache, so there only row-cache hits are
-//! copied this way and a page-cache hit goes to a reader as a miss does. A
-//! table left to the reader is read by whoever claims it first: the reader
-//! task, or the consumer at the table's wait when the reader has not started
-//! it (a busy CPU runs a woken reader late: measured up to milliseconds).
-//! Both try memory first on their own thread, without handing the rows to
-//! the engine's pread pool (one more hop); see [`ResidentProbe`].
+//! Rows already in memory never wait for a second thread hop: a table is
+//! read by whoever claims it first, the step's reader task or the consumer
+//! at the table's wait when the reader has not started it (a busy CPU runs
+//! a woken reader late: measured up to milliseconds), and either copies
+//! the rows itself when they are all resident (the row cache; on Linux the
+//! page cache, read with `preadv2(RWF_NOWAIT)`) instead of handing them to
+//! the engine's pread pool; see [`ResidentProbe`]. macOS has no
+//! non-blocking read of the page cache: there only row-cache hits are
+//! copied this way, and a page-cache hit goes to the pool as a miss does.
 
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -243,55 +242,26 @@ impl StepJob {
         }
     }
 
-    /// Reads the leading tables whose rows are all in memory here, when
-    /// [`ResidentProbe`] says to try, and hands the rest, in table order,
-    /// to one reader task; hints are held until the first table is read.
+    /// Hands the step's reads, in table order, to one reader task; hints
+    /// are held until the first table is read.
     ///
-    /// Why here and not only at the wait: on a busy CPU (`--compute cpu`
-    /// on 2 cores) a woken reader that claimed a table can be preempted for
-    /// milliseconds while the consumer waits on it (measured mean stalls of
-    /// 0.8-1.8 ms per step); read here, a step's resident rows cost the
-    /// forward thread 10-20 us per table and never wait on another thread.
+    /// Why nothing is copied here even when it is in memory: tried, and
+    /// `engram bench` (a `--scale 1024` model in the page cache, `--compute
+    /// cpu`, 3,000 tokens, 200 steps, median of 3) measured a mean decode
+    /// stall of 57 us for `overlap` with both tables copied in `step_begin`
+    /// (48 rows, on the forward thread) against 12 us with the reader
+    /// copying them from memory on its own thread while the forward thread
+    /// computes (and 59 us with every read going to the pread pool).
     fn start_reads(self: &Arc<Self>, pool: &Arc<PoolShared>) {
-        let mut served = 0;
-        if self.mode.resident && self.probe.try_now() {
-            // Every table, not only the first: a later table left to a
-            // reader measured p90 step stalls of 4-9 ms on a loaded 2-core
-            // machine (the reader preempted while it held the table),
-            // against 63-87 us with both read here.
-            while served < self.tables.len() && self.serve_resident(served, pool) {
-                served += 1;
-            }
-            self.probe.record(served == self.tables.len());
-        }
-        if served == self.tables.len() {
-            return;
-        }
-        for t in &self.tables[served..] {
+        for t in &self.tables {
             t.flight.enter();
         }
-        lock(&self.held).holding = served == 0;
+        lock(&self.held).holding = true;
         pool.submit_decode(vec![Box::new(StepTask {
             job: self.clone(),
-            tables: (served..self.tables.len()).collect(),
+            tables: (0..self.tables.len()).collect(),
             pool: pool.clone(),
         })]);
-    }
-
-    /// Reads `table`'s rows here if they are all in memory and publishes
-    /// them (true); otherwise leaves the table unclaimed for its reader.
-    fn serve_resident(&self, table: usize, pool: &PoolShared) -> bool {
-        let t = &self.tables[table];
-        // A table a test armed to panic in its reader is left to it.
-        if pool.faults.armed(PanicSite::Decode, table) || !t.claim() {
-            return false;
-        }
-        if self.read(table, Priority::Resident).is_ok() {
-            t.ready.publish(1);
-            return true;
-        }
-        t.claimed.store(false, Ordering::Release);
-        false
     }
 
     /// Reads `table`'s rows (claimed by the caller): from memory on this
