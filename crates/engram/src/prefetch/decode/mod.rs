@@ -251,7 +251,10 @@ impl StepJob {
     /// stall of 57 us for `overlap` with both tables copied in `step_begin`
     /// (48 rows, on the forward thread) against 12 us with the reader
     /// copying them from memory on its own thread while the forward thread
-    /// computes (and 59 us with every read going to the pread pool).
+    /// computes (and 59 us with every read going to the pread pool). The
+    /// kept design is not always that fast on 2 shared cores: a later
+    /// series measured 60-1,433 us when the woken reader was not run for
+    /// milliseconds (docs/bench.md).
     fn start_reads(self: &Arc<Self>, pool: &Arc<PoolShared>) {
         for t in &self.tables {
             t.flight.enter();
