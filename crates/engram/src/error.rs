@@ -75,6 +75,13 @@ pub enum Error {
     /// A caller passed a value outside what the call accepts.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A [`crate::io::Priority::Resident`] read found a row that is not in
+    /// memory: nothing failed, the rows must be read from storage.
+    #[error("rows of table {table} are not all in memory")]
+    NotResident {
+        /// Table index (0-based, in layer order).
+        table: usize,
+    },
     /// The operation was cancelled (its sequence, prefill or engine was dropped).
     #[error("cancelled")]
     Cancelled,
@@ -138,7 +145,8 @@ pub enum ErrorKind {
     InvalidArgument,
     /// [`Error::Cancelled`].
     Cancelled,
-    /// [`Error::Internal`].
+    /// [`Error::Internal`], and an [`Error::NotResident`] that escaped the
+    /// engine (it never should: the engine falls back to a storage read).
     Internal,
 }
 
@@ -156,7 +164,9 @@ impl Error {
             Error::RowRead { .. } => ErrorKind::RowRead,
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
             Error::Cancelled => ErrorKind::Cancelled,
-            Error::Internal(_) => ErrorKind::Internal,
+            // The engine answers every `NotResident` by reading from
+            // storage, so one that reaches an embedder is a library bug.
+            Error::NotResident { .. } | Error::Internal(_) => ErrorKind::Internal,
         }
     }
 }

@@ -49,20 +49,28 @@ fn configs() -> Vec<IoConfig> {
     out
 }
 
+/// (table, seed, rows) of the tables [`packed_and_split`] writes.
+const TWO_TABLES: [(usize, u64, u64); 2] = [(0, 1, 5003), (1, 2, 3001)];
+
+/// A packed table at an odd offset whose end is not page aligned (aligned
+/// reads at the end of the file come back short) and a split table, opened
+/// with every config whose backend opens.
+fn packed_and_split(dir: &std::path::Path) -> Vec<(IoConfig, std::sync::Arc<dyn RowSource>)> {
+    let t0 = packed_table(dir, "t0.bin", 1, 5003, 321, 0);
+    let t1 = split_table(dir, 2, 3001);
+    let tables = [t0, t1];
+    configs()
+        .into_iter()
+        .filter_map(|config| open(&tables, &config).map(|source| (config, source)))
+        .collect()
+}
+
 #[test]
 fn all_backends_return_rows_in_request_order() {
     let dir = tempfile::tempdir().unwrap();
-    // Odd offset and a table end that is not page aligned, so aligned reads
-    // at the end of the file come back short.
-    let t0 = packed_table(dir.path(), "t0.bin", 1, 5003, 321, 0);
-    let t1 = split_table(dir.path(), 2, 3001);
-    let tables = [t0, t1];
-    for config in configs() {
-        let Some(source) = open(&tables, &config) else {
-            continue;
-        };
+    for (_, source) in packed_and_split(dir.path()) {
         assert_eq!(source.tables(), 2);
-        for (table, seed, rows) in [(0usize, 1u64, 5003u64), (1, 2, 3001)] {
+        for (table, seed, rows) in TWO_TABLES {
             assert_eq!(source.row_bytes(table), 264);
             assert_eq!(source.table_rows(table), rows);
             let mut ids = random_rows(seed * 31 + 5, rows, 2000);
@@ -235,4 +243,39 @@ fn auto_picks_a_working_backend() {
     opened.source.read_rows(0, &[99], &mut out).unwrap();
     assert_eq!(out, expected(8, 264, &[99]));
     assert!("nope".parse::<Backend>().is_err());
+}
+
+#[test]
+fn resident_reads_deliver_the_same_bytes_or_say_not_resident() {
+    let dir = tempfile::tempdir().unwrap();
+    for (config, source) in packed_and_split(dir.path()) {
+        for (table, seed, rows) in TWO_TABLES {
+            let ids = random_rows(seed * 7 + 3, rows, 300);
+            let mut out = vec![0u8; ids.len() * 264];
+            // Just written and read once: in the page cache.
+            source.read_rows(table, &ids, &mut out).unwrap();
+            let mut resident = vec![0u8; out.len()];
+            match source.read_rows_at(table, &ids, &mut resident, Priority::Resident) {
+                Ok(stats) => {
+                    assert!(
+                        resident == out,
+                        "{} table {table}: wrong bytes",
+                        source.name()
+                    );
+                    assert_eq!(stats.reads_issued, 0, "nothing queued to the engine");
+                }
+                Err(Error::NotResident { table: t }) => assert_eq!(t, table),
+                Err(e) => panic!("{}: {e}", source.name()),
+            }
+            // Linux's pread pool over buffered files reads the page cache
+            // with RWF_NOWAIT (ext4, xfs, btrfs and tmpfs support it).
+            let served = source.read_rows_at(table, &ids, &mut resident, Priority::Resident);
+            if cfg!(target_os = "linux") && config.backend == Backend::Psync && !config.direct {
+                assert!(served.is_ok(), "{}: {:?}", source.name(), served.err());
+            }
+            if config.direct || config.backend != Backend::Psync {
+                assert!(matches!(served, Err(Error::NotResident { .. })));
+            }
+        }
+    }
 }

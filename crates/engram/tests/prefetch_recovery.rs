@@ -213,6 +213,10 @@ fn a_refused_step_begin_or_prefill_leaves_the_sequence_as_it_was() {
         let mut seq = engine.sequence();
         drop(seq.prefill(&[1, 2, 3], None).unwrap());
         seq.step_begin(4).unwrap();
+        // Both tables read, so no reader of the step is left to change the
+        // stats below (a table's wait may read it itself, before the
+        // reader has read the other).
+        seq.step_wait(0).unwrap();
         let rows = seq.step_wait(1).unwrap().to_vec();
         let first = seq.step_wait(1).unwrap().first_token();
         let next_ids = seq.row_ids(&[5], None).unwrap();

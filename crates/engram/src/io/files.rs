@@ -23,11 +23,47 @@ pub trait PositionalRead: Send + Sync {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read
     /// (0 at end of file).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+
+    /// Reads up to `buf.len()` bytes at `offset` only if they are in the
+    /// page cache: `Ok(Some(n))` for the bytes read without waiting for
+    /// storage (fewer than asked when only a prefix is cached), `Ok(None)`
+    /// when the first byte is not cached or the platform cannot tell.
+    /// Readers that cannot tell (the default, fault injection) say `None`,
+    /// so every read of theirs goes the ordinary way.
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> io::Result<Option<usize>> {
+        let _ = (buf, offset);
+        Ok(None)
+    }
 }
 
 impl PositionalRead for File {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         std::os::unix::fs::FileExt::read_at(self, buf, offset)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> io::Result<Option<usize>> {
+        use std::os::fd::AsRawFd;
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset past off_t"))?;
+        // SAFETY: one iovec over `buf`, which outlives the call; the
+        // descriptor is open for as long as `self` lives.
+        let n = unsafe { libc::preadv2(self.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+        if n >= 0 {
+            return Ok(Some(n as usize));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            // EAGAIN: not cached. EOPNOTSUPP/EINVAL: a kernel or file system
+            // without RWF_NOWAIT for buffered reads; the ordinary read
+            // path serves the rows.
+            Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL | libc::EINTR) => Ok(None),
+            _ => Err(e),
+        }
     }
 }
 

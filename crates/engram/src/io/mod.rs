@@ -51,6 +51,14 @@ pub enum Priority {
     Demand,
     /// Speculative: served with what demand work leaves free.
     Hint,
+    /// Only what is already in memory, read on the calling thread without
+    /// waiting for storage: the row cache, and on Linux the page cache
+    /// (`preadv2` with `RWF_NOWAIT`). A call with any row not resident
+    /// fails with [`Error::NotResident`] (its output is then unspecified)
+    /// and the caller reads the rows at [`Priority::Demand`] instead.
+    /// Backends that cannot tell (macOS, direct I/O, io_uring, mmap) answer
+    /// every storage read so.
+    Resident,
 }
 
 /// A source of Engram rows: one or more tables of fixed-size rows.

@@ -190,6 +190,21 @@ impl ReadEngine for PsyncEngine {
         self.depth
     }
 
+    fn read_resident(&self, ops: &[ReadOp], buf: &mut [u8]) -> bool {
+        // Direct I/O bypasses the page cache: nothing of it is resident.
+        if self.direct || check_ops(ops, buf.len()).is_err() {
+            return false;
+        }
+        ops.iter().all(|op| {
+            let Some(file) = self.files.get(op.file) else {
+                return false;
+            };
+            let dst = &mut buf[op.buf_off..op.buf_off + op.len];
+            // A prefix alone is not enough: the rest would need storage.
+            matches!(file.read_at_nowait(dst, op.offset), Ok(Some(n)) if n >= op.need)
+        })
+    }
+
     fn submit(&self, ops: Vec<ReadOp>, mut buf: BounceBuf, priority: Priority) -> Pending {
         if ops.is_empty() {
             return Pending::ready(Completed {
@@ -220,7 +235,9 @@ impl ReadEngine for PsyncEngine {
             wake: Condvar::new(),
         });
         let (queue, helpers) = match priority {
-            Priority::Demand => (&self.demand, self.depth),
+            // Resident reads never reach an engine (BatchSource serves
+            // them inline); queued as demand if one did.
+            Priority::Demand | Priority::Resident => (&self.demand, self.depth),
             Priority::Hint => (&self.hint, (self.depth / 4).max(1)),
         };
         if let Some(queue) = queue {

@@ -179,6 +179,12 @@ impl ReadEngine for UringEngine {
     }
 
     fn submit(&self, ops: Vec<ReadOp>, mut buf: BounceBuf, priority: Priority) -> Pending {
+        // Resident reads never reach an engine (BatchSource serves them
+        // inline); one that did is served as demand, not left unserved.
+        let priority = match priority {
+            Priority::Hint => Priority::Hint,
+            Priority::Demand | Priority::Resident => Priority::Demand,
+        };
         let refuse = |buf: BounceBuf, error: io::Error| {
             Pending::ready(Completed {
                 buf: Some(buf),

@@ -57,6 +57,10 @@ pub struct PrefetchConfig {
     /// `false` (ENGRAM_BATCH=0): rows are read one at a time, one request
     /// per row, instead of in batches.
     pub batch: bool,
+    /// `false` (ENGRAM_RESIDENT=0): a decode step's rows always go to a
+    /// reader thread, even when they are all in memory (row cache, page
+    /// cache) and could be copied on the caller's thread without waiting.
+    pub resident: bool,
     /// Row format handed to the consumer.
     pub format: RowFormat,
     /// Pool threads serving prefill chunks and hints (default 4).
@@ -87,6 +91,7 @@ impl Default for PrefetchConfig {
             prefetch: true,
             pipeline: true,
             batch: true,
+            resident: true,
             format: RowFormat::Raw,
             workers: 4,
             decode_workers: 2,
@@ -106,7 +111,8 @@ impl PrefetchConfig {
         config
     }
 
-    /// Applies ENGRAM_PREFETCH, ENGRAM_PIPELINE and ENGRAM_BATCH as looked
+    /// Applies ENGRAM_PREFETCH, ENGRAM_PIPELINE, ENGRAM_BATCH and
+    /// ENGRAM_RESIDENT as looked
     /// up by `var`: a value of `0` turns the feature off, `1` on; unset or
     /// anything else leaves it as it is.
     pub fn apply_env_from(&mut self, var: impl Fn(&str) -> Option<String>) {
@@ -118,6 +124,7 @@ impl PrefetchConfig {
         switch("ENGRAM_PREFETCH", &mut self.prefetch);
         switch("ENGRAM_PIPELINE", &mut self.pipeline);
         switch("ENGRAM_BATCH", &mut self.batch);
+        switch("ENGRAM_RESIDENT", &mut self.resident);
     }
 
     /// Checks the values are usable.

@@ -91,11 +91,16 @@ impl PanicSwitch {
         }
     }
 
+    /// True when a test armed `site` on `table`.
+    #[cfg(any(test, feature = "test_utils"))]
+    pub(crate) fn armed(&self, site: PanicSite, table: usize) -> bool {
+        super::sync::lock_std(&self.armed).contains(&(site, table))
+    }
+
     /// Panics if a test armed `site` on `table`.
     #[cfg(any(test, feature = "test_utils"))]
     pub(crate) fn hit(&self, site: PanicSite, table: usize) {
-        let fire = super::sync::lock_std(&self.armed).contains(&(site, table));
-        if fire {
+        if self.armed(site, table) {
             panic!("injected panic in a {site:?} task of table {table}");
         }
     }
@@ -115,4 +120,9 @@ pub(crate) enum PanicSite {
 impl PanicSwitch {
     #[inline(always)]
     pub(crate) fn hit(&self, _site: PanicSite, _table: usize) {}
+
+    #[inline(always)]
+    pub(crate) fn armed(&self, _site: PanicSite, _table: usize) -> bool {
+        false
+    }
 }

@@ -45,7 +45,7 @@ use crate::layout::Layout;
 use crate::model::Model;
 use crate::stats::{Phase, Stats, StatsRecorder};
 use crate::{Error, Result};
-use decode::StepJob;
+use decode::{ReadMode, StepJob};
 use hint::HintTask;
 use pool::{Pool, PoolShared};
 use prefill::{Mode, Plan, PrefillSetup};
@@ -146,7 +146,10 @@ impl Engine {
             shared.ids(1),
             &cols,
             &shared.decode,
-            shared.config.batch,
+            ReadMode {
+                batch: shared.config.batch,
+                resident: shared.config.resident,
+            },
             &shared.source,
             &stats,
         ));
@@ -495,7 +498,9 @@ impl Sequence {
         if self.step == 0 {
             return Err(Error::InvalidArgument("step_wait before step_begin".into()));
         }
-        let (rows, stall) = self.steps.wait(table, self.shared.config.prefetch)?;
+        let (rows, stall) =
+            self.steps
+                .wait(table, self.shared.config.prefetch, &self.shared.pool)?;
         self.stats.record_wait(Phase::Decode, table, 1, stall);
         self.step_stall += stall;
         Ok(RowsView {

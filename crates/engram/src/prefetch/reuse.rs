@@ -6,9 +6,9 @@
 //! [`ReuseStore`] keeps rows by that next use and evicts as Belady's optimal
 //! policy does: the row needed farthest in the future goes first, a row is
 //! not taken in if it is needed later than everything a full store holds,
-//! and a row leaves after its last use. Its slab is allocated once, sized by
-//! the byte budget (never by the prompt), so prefill memory stays fixed by
-//! configuration.
+//! and a row leaves after its last use. Its slab grows with the rows held,
+//! up to the byte budget (never past it, whatever the prompt length): a
+//! short prompt holds only what it reuses.
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -82,11 +82,17 @@ impl NextUses {
 /// Rows of one table kept for reuse, with a fixed byte budget.
 pub(crate) struct ReuseStore {
     row_bytes: usize,
+    /// Slots `0..fresh` of `row_bytes` each; grows by need up to `slots`.
     slab: Vec<u8>,
+    /// Slots the budget allows.
+    slots: u32,
+    /// Slots handed out at least once (the slab's length in slots).
+    fresh: u32,
     /// Row id -> (slot, token of its next use).
     index: RowMap<(u32, u32)>,
     /// (next use, row id) of every stored row: the last one is evicted first.
     by_next_use: BTreeSet<(u32, u32)>,
+    /// Slots below `fresh` that hold no row.
     free: Vec<u32>,
 }
 
@@ -102,13 +108,41 @@ impl ReuseStore {
         }
         Some(ReuseStore {
             row_bytes,
-            // Written now (not lazily zero-mapped), so the process holds
-            // the whole budget from the start whatever the prompt length.
-            slab: vec![0xA5; slots * row_bytes],
-            index: RowMap::with_capacity_and_hasher(slots, Default::default()),
+            slab: Vec::new(),
+            slots: slots as u32,
+            fresh: 0,
+            index: RowMap::default(),
             by_next_use: BTreeSet::new(),
-            free: (0..slots as u32).rev().collect(),
+            free: Vec::new(),
         })
+    }
+
+    /// A slot holding no row: a freed one, else a new one at the slab's
+    /// end while the budget allows.
+    fn take_slot(&mut self) -> Option<u32> {
+        if let Some(slot) = self.free.pop() {
+            return Some(slot);
+        }
+        if self.fresh == self.slots {
+            return None;
+        }
+        let len = (self.fresh as usize + 1) * self.row_bytes;
+        if len > self.slab.capacity() {
+            // Doubling, but never past the budget.
+            let cap = (self.slab.capacity() * 2)
+                .max(len)
+                .min(self.slots as usize * self.row_bytes);
+            self.slab.reserve_exact(cap - self.slab.len());
+        }
+        self.slab.resize(len, 0);
+        self.fresh += 1;
+        Some(self.fresh - 1)
+    }
+
+    /// Bytes the slab holds now (tests: it grows with the rows kept).
+    #[cfg(test)]
+    pub(crate) fn slab_bytes(&self) -> usize {
+        self.slab.capacity()
     }
 
     /// The stored bytes of `row`, if it is held.
@@ -131,7 +165,7 @@ impl ReuseStore {
 
     /// Slots not holding a row.
     pub(crate) fn free_slots(&self) -> usize {
-        self.free.len()
+        self.free.len() + (self.slots - self.fresh) as usize
     }
 
     /// Records that `row` (its bytes `bytes`, just delivered) is next needed
@@ -152,10 +186,10 @@ impl ReuseStore {
         if next_use == NEVER || bytes.len() != self.row_bytes {
             return;
         }
-        if self.free.is_empty() && !self.evict_later_than(next_use) {
+        if self.free_slots() == 0 && !self.evict_later_than(next_use) {
             return; // every held row is needed sooner than this one
         }
-        let Some(slot) = self.free.pop() else { return };
+        let Some(slot) = self.take_slot() else { return };
         let at = slot as usize * self.row_bytes;
         self.slab[at..at + self.row_bytes].copy_from_slice(bytes);
         self.index.insert(row, (slot, next_use));
@@ -220,6 +254,31 @@ mod tests {
         assert_eq!(store.len(), 1);
         store.update(4, 8, &[]); // moved, bytes kept
         assert_eq!(store.get(4), Some(&[4u8; 4][..]));
+    }
+
+    #[test]
+    fn the_slab_grows_with_the_rows_held_up_to_the_budget() {
+        let mut store = ReuseStore::new(1000 * 8, 8).unwrap();
+        assert_eq!(store.slab_bytes(), 0, "nothing held, nothing allocated");
+        assert_eq!(store.free_slots(), 1000);
+        for row in 0..10 {
+            store.update(row, 100 + row, &[row as u8; 8]);
+        }
+        assert!(store.slab_bytes() < 1000 * 8 / 4, "{}", store.slab_bytes());
+        for row in 10..5000 {
+            store.update(row, 100 + row, &[row as u8; 8]);
+        }
+        // Full: the budget, never more; the earliest next uses are kept.
+        assert_eq!(store.slab_bytes(), 1000 * 8);
+        assert_eq!(store.free_slots(), 0);
+        assert_eq!(store.len(), 1000);
+        assert_eq!(store.get(999), Some(&[231u8; 8][..]));
+        assert!(store.get(1000).is_none());
+        // A slot freed by a last use is taken again before the slab grows.
+        store.update(3, NEVER, &[]);
+        store.update(6000, 50, &[7; 8]);
+        assert_eq!(store.get(6000), Some(&[7u8; 8][..]));
+        assert_eq!(store.slab_bytes(), 1000 * 8);
     }
 
     #[test]

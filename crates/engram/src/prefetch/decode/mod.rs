@@ -5,9 +5,20 @@
 //! layer comes first), and hints issued meanwhile wait until that task has
 //! read the first table, so nothing shares the device with the rows the
 //! next layer waits for.
+//!
+//! Rows already in memory never wait for a second thread hop: a table is
+//! read by whoever claims it first, the step's reader task or the consumer
+//! at the table's wait when the reader has not started it (a busy CPU runs
+//! a woken reader late: measured up to milliseconds), and either copies
+//! the rows itself when they are all resident (the row cache; on Linux the
+//! page cache, read with `preadv2(RWF_NOWAIT)`) instead of handing them to
+//! the engine's pread pool; see [`ResidentProbe`]. macOS has no
+//! non-blocking read of the page cache: there only row-cache hits are
+//! copied this way, and a page-cache hit goes to the pool as a miss does.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -30,6 +41,16 @@ struct StepTable {
     rows: Mutex<Vec<u32>>,
     buf: RingBuf,
     flight: Arc<InFlight>,
+    /// Someone (the step's reader task or the consumer) has taken this
+    /// step's read of the table; cleared by every `start`.
+    claimed: AtomicBool,
+}
+
+impl StepTable {
+    /// Takes this step's read of the table; false when it is taken.
+    fn claim(&self) -> bool {
+        !self.claimed.swap(true, Ordering::AcqRel)
+    }
 }
 
 /// Hints that wait for the current step's first table.
@@ -51,6 +72,55 @@ struct HeldHints {
     tasks: Vec<Box<dyn Task>>,
 }
 
+/// How a sequence's steps read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadMode {
+    /// `false`: one request per row (ENGRAM_BATCH=0).
+    pub batch: bool,
+    /// Serve tables whose rows are all in memory on the caller's thread.
+    pub resident: bool,
+}
+
+/// When a table's read tries memory first ([`Priority::Resident`]).
+///
+/// Why not always: a try that fails costs the row cache lookups and one
+/// `RWF_NOWAIT` read before the rows are read from storage anyway (on a
+/// cold table at scale 8, cache lookups on the forward thread measured 163
+/// us of stall for `full` against 45 us without). So after a table that
+/// was not all resident the next `skip` reads go straight to storage,
+/// `skip` doubling up to [`MAX_SKIP`]; a resident table resets it. A
+/// heuristic shared by the reader and the consumer: relaxed atomics.
+#[derive(Default)]
+struct ResidentProbe {
+    skip: AtomicU32,
+    backoff: AtomicU32,
+}
+
+/// Steps at most between two tries of a cold sequence.
+const MAX_SKIP: u32 = 64;
+
+impl ResidentProbe {
+    /// True when this step should try memory first.
+    fn try_now(&self) -> bool {
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip > 0 {
+            self.skip.store(skip - 1, Ordering::Relaxed);
+        }
+        skip == 0
+    }
+
+    /// Records whether the try served the table.
+    fn record(&self, resident: bool) {
+        let backoff = if resident {
+            0
+        } else {
+            (self.backoff.load(Ordering::Relaxed) * 2).clamp(1, MAX_SKIP)
+        };
+        self.backoff.store(backoff, Ordering::Relaxed);
+        self.skip.store(backoff, Ordering::Relaxed);
+    }
+}
+
 /// A sequence's decode state shared with the step readers.
 pub(crate) struct StepJob {
     pub(crate) id: u64,
@@ -64,7 +134,8 @@ pub(crate) struct StepJob {
     tables: Vec<StepTable>,
     row_bytes: Vec<usize>,
     decode: Vec<Option<Encoding>>,
-    batch: bool,
+    mode: ReadMode,
+    probe: ResidentProbe,
     source: Arc<dyn RowSource>,
     stats: Arc<StatsRecorder>,
 }
@@ -74,7 +145,7 @@ impl StepJob {
         id: u64,
         cols: &[usize],
         decode: &[Option<Encoding>],
-        batch: bool,
+        mode: ReadMode,
         source: &Arc<dyn RowSource>,
         stats: &Arc<StatsRecorder>,
     ) -> StepJob {
@@ -97,35 +168,34 @@ impl StepJob {
                     rows: Mutex::new(Vec::with_capacity(c)),
                     buf: RingBuf::new(c * rb),
                     flight: Arc::new(InFlight::new()),
+                    claimed: AtomicBool::new(false),
                 })
                 .collect(),
             row_bytes,
             decode: decode.to_vec(),
-            batch,
+            mode,
+            probe: ResidentProbe::default(),
             source: source.clone(),
             stats: stats.clone(),
         }
     }
 
-    fn ctx(&self) -> ReadCtx<'_> {
-        ReadCtx {
-            source: &self.source,
-            stats: &self.stats,
-            phase: Phase::Decode,
-            priority: Priority::Demand,
-            batch: self.batch,
-        }
-    }
-
-    /// Reads the current step's rows of `table` into its buffer.
+    /// Reads the current step's rows of `table` into its buffer at
+    /// `priority` (at [`Priority::Resident`]: only if all are in memory).
     ///
     /// Caller guarantees no view of the buffer is live and no other reader
     /// runs (one step task at a time per table; views borrow the sequence
     /// mutably and end before the next `step_begin`).
-    fn read(&self, table: usize) -> Result<()> {
+    fn read(&self, table: usize, priority: Priority) -> Result<()> {
         let t = &self.tables[table];
         let rows = lock(&t.rows).clone();
-        let ctx = self.ctx();
+        let ctx = ReadCtx {
+            source: &self.source,
+            stats: &self.stats,
+            phase: Phase::Decode,
+            priority,
+            batch: self.mode.batch,
+        };
         match self.decode[table] {
             // SAFETY: per the caller's guarantee.
             Some(enc) => ctx.read_f32(table, &rows, enc, unsafe {
@@ -162,6 +232,7 @@ impl StepJob {
             // No reader is left (ready_for_step) and the consumer is the
             // caller, as `restart` requires.
             t.ready.restart();
+            t.claimed.store(false, Ordering::Release);
             let mut rows = lock(&t.rows);
             rows.clear();
             rows.extend_from_slice(&ids[table * cols..(table + 1) * cols]);
@@ -172,13 +243,18 @@ impl StepJob {
     }
 
     /// Hands the step's reads, in table order, to one reader task; hints
-    /// are held until that task has read the first table.
+    /// are held until the first table is read.
     ///
-    /// Why cached rows are not served on the caller's thread: tried, and
-    /// `engram bench` at scale 8 measured a median decode stall of 163 us
-    /// for `full` (48 row-cache lookups on the forward thread, its CPU
-    /// caches cold after a 37 ms step) against 45 us for `overlap`, whose
-    /// forward thread only wakes a reader.
+    /// Why nothing is copied here even when it is in memory: tried, and
+    /// `engram bench` (a `--scale 1024` model in the page cache, `--compute
+    /// cpu`, 3,000 tokens, 200 steps, median of 3) measured a mean decode
+    /// stall of 57 us for `overlap` with both tables copied in `step_begin`
+    /// (48 rows, on the forward thread) against 12 us with the reader
+    /// copying them from memory on its own thread while the forward thread
+    /// computes (and 59 us with every read going to the pread pool). The
+    /// kept design is not always that fast on 2 shared cores: a later
+    /// series measured 60-1,433 us when the woken reader was not run for
+    /// milliseconds (docs/bench.md).
     fn start_reads(self: &Arc<Self>, pool: &Arc<PoolShared>) {
         for t in &self.tables {
             t.flight.enter();
@@ -189,6 +265,25 @@ impl StepJob {
             tables: (0..self.tables.len()).collect(),
             pool: pool.clone(),
         })]);
+    }
+
+    /// Reads `table`'s rows (claimed by the caller): from memory on this
+    /// thread if [`ResidentProbe`] says to try and they are all there, else
+    /// from storage; then publishes them or the error.
+    fn read_claimed(&self, table: usize) {
+        let t = &self.tables[table];
+        if self.mode.resident && self.probe.try_now() {
+            let resident = self.read(table, Priority::Resident).is_ok();
+            self.probe.record(resident);
+            if resident {
+                t.ready.publish(1);
+                return;
+            }
+        }
+        match self.read(table, Priority::Demand) {
+            Ok(()) => t.ready.publish(1),
+            Err(e) => t.ready.fail(e),
+        }
     }
 
     /// Queues `task` (a hint read) now, or once the current step's first
@@ -222,12 +317,18 @@ impl StepJob {
     }
 
     /// Blocks until the current step's rows of `table` are read (reading
-    /// them now without prefetch) and returns them with the time blocked.
+    /// them now without prefetch, or when the step's reader has not started
+    /// them) and returns them with the time blocked.
     ///
     /// Without prefetch a failed read records nothing, so the wait can be
-    /// repeated and reads again; with prefetch the step's reader recorded
-    /// the error, and every wait of this step returns it.
-    pub(crate) fn wait(&self, table: usize, prefetch: bool) -> Result<(&[u8], Duration)> {
+    /// repeated and reads again; with prefetch the step's error is
+    /// recorded, and every wait of this step returns it.
+    pub(crate) fn wait(
+        &self,
+        table: usize,
+        prefetch: bool,
+        pool: &PoolShared,
+    ) -> Result<(&[u8], Duration)> {
         let t = self.tables.get(table).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "table {table} out of range (the model has {})",
@@ -239,9 +340,13 @@ impl StepJob {
             if let Some(Err(e)) = t.ready.try_wait(1) {
                 return Err(e);
             }
-            self.read(table)?;
+            self.read(table, Priority::Demand)?;
             t.ready.publish(1);
         } else {
+            // A table a test armed to panic in its reader is left to it.
+            if t.ready.count() < 1 && !pool.faults.armed(PanicSite::Decode, table) && t.claim() {
+                self.read_claimed(table);
+            }
             t.ready.wait(1)?;
         }
         let stall = started.elapsed();
@@ -332,16 +437,22 @@ impl Task for StepTask {
         let job = Leaving::new(job, flights);
         // The table being read, for the message if it panics.
         let at = Cell::new(tables.first().copied().unwrap_or(0));
+        // Tables this task claimed (the consumer reads the others).
+        let mine = RefCell::new(Vec::with_capacity(tables.len()));
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             for (i, &table) in tables.iter().enumerate() {
                 at.set(table);
-                pool.faults.hit(PanicSite::Decode, table);
                 let t = &job.tables[table];
-                if !t.ready.is_cancelled() {
-                    match job.read(table) {
-                        Ok(()) => t.ready.publish(1),
-                        Err(e) => t.ready.fail(e),
-                    }
+                if !t.ready.is_cancelled() && t.claim() {
+                    mine.borrow_mut().push(table);
+                    pool.faults.hit(PanicSite::Decode, table);
+                    job.read_claimed(table);
+                } else if i == 0 {
+                    // The consumer is reading the first table itself: the
+                    // later tables and the hints still wait until it is
+                    // read (the wait ends: that read is synchronous and
+                    // publishes or fails; a cancel ends it too).
+                    let _ = t.ready.wait(1);
                 }
                 if i == 0 {
                     job.release_hints(&pool);
@@ -349,7 +460,16 @@ impl Task for StepTask {
             }
         }));
         if let Err(panic) = outcome {
-            job.break_down(at.get(), &tables, &panic_message(&*panic), &pool);
+            // Fails the tables it claimed (the panic is in one of them)
+            // and those nobody claimed yet (claimed now, so the consumer
+            // does not read them after).
+            let mine = mine.into_inner();
+            let torn: Vec<usize> = tables
+                .iter()
+                .copied()
+                .filter(|&table| mine.contains(&table) || job.tables[table].claim())
+                .collect();
+            job.break_down(at.get(), &torn, &panic_message(&*panic), &pool);
         }
     }
 
@@ -373,228 +493,4 @@ impl Task for StepTask {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::super::hint::HintTask;
-    use super::*;
-    use crate::cache::{CachedSource, RowCache};
-    use crate::io::BatchStats;
-    use crate::prefetch::pool::Pool;
-
-    /// Two tables of 100 rows of 8 bytes, each byte the row id. Counts the
-    /// rows read and logs each read's start and end; with `slow`, table 0's
-    /// demand reads take 20 ms.
-    #[derive(Default)]
-    struct Probe {
-        rows_read: std::sync::atomic::AtomicU64,
-        log: Mutex<Vec<String>>,
-        slow: bool,
-    }
-
-    impl Probe {
-        fn rows_read(&self) -> u64 {
-            self.rows_read.load(std::sync::atomic::Ordering::SeqCst)
-        }
-    }
-
-    impl RowSource for Probe {
-        fn name(&self) -> String {
-            "probe".into()
-        }
-        fn tables(&self) -> usize {
-            2
-        }
-        fn table_rows(&self, _table: usize) -> u64 {
-            100
-        }
-        fn row_bytes(&self, _table: usize) -> usize {
-            8
-        }
-        fn read_rows_at(
-            &self,
-            table: usize,
-            rows: &[u32],
-            out: &mut [u8],
-            priority: Priority,
-        ) -> Result<BatchStats> {
-            let kind = if priority == Priority::Hint {
-                "hint"
-            } else {
-                "step"
-            };
-            lock(&self.log).push(format!("start {kind} {table}"));
-            if self.slow && table == 0 && priority == Priority::Demand {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            for (row, dst) in rows.iter().zip(out.chunks_exact_mut(8)) {
-                dst.fill(*row as u8);
-            }
-            let n = rows.len() as u64;
-            self.rows_read
-                .fetch_add(n, std::sync::atomic::Ordering::SeqCst);
-            lock(&self.log).push(format!("end {kind} {table}"));
-            Ok(BatchStats {
-                rows_requested: n,
-                ..BatchStats::default()
-            })
-        }
-    }
-
-    #[test]
-    fn a_step_reads_its_first_table_before_later_tables_and_hints() {
-        let inner = Arc::new(Probe {
-            slow: true,
-            ..Probe::default()
-        });
-        let source: Arc<dyn RowSource> = inner.clone();
-        let stats = Arc::new(StatsRecorder::new(2));
-        // Enough threads that nothing but the hold could order the reads.
-        let mut pool = Pool::start(3, 2, 4).unwrap();
-        let job = Arc::new(StepJob::new(
-            1,
-            &[2, 2],
-            &[None, None],
-            true,
-            &source,
-            &stats,
-        ));
-        job.ready_for_step().unwrap();
-        job.start(&[1, 2, 3, 4], true, &pool.shared());
-        for table in 0..2 {
-            job.hints.enter();
-            let hint = Box::new(HintTask {
-                owner: job.id,
-                flight: job.hints.clone(),
-                table,
-                rows: vec![9, 10],
-                source: source.clone(),
-                stats: stats.clone(),
-                pool: pool.shared(),
-            });
-            job.submit_hint(hint, &pool.shared());
-        }
-        for table in 0..2 {
-            job.wait(table, true).unwrap();
-        }
-        job.hints.wait_idle();
-        let log = lock(&inner.log).clone();
-        assert_eq!(log.len(), 8, "{log:?}");
-        assert_eq!(&log[..2], ["start step 0", "end step 0"], "{log:?}");
-        job.cancel_and_join(&pool.shared());
-        pool.shutdown();
-    }
-
-    #[test]
-    fn a_step_whose_rows_are_cached_reads_nothing_from_storage() {
-        let inner = Arc::new(Probe::default());
-        let cache = Arc::new(RowCache::new(1 << 20, 8));
-        let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(inner.clone(), cache));
-        let stats = Arc::new(StatsRecorder::new(2));
-        let mut pool = Pool::start(1, 1, 4).unwrap();
-        let job = Arc::new(StepJob::new(
-            1,
-            &[3, 3],
-            &[None, None],
-            true,
-            &source,
-            &stats,
-        ));
-        let ids = [1, 2, 3, 4, 5, 6];
-        // Step 1 misses: the rows are fetched (and fill the cache).
-        job.ready_for_step().unwrap();
-        job.start(&ids, true, &pool.shared());
-        for table in 0..2 {
-            job.wait(table, true).unwrap();
-        }
-        let read = inner.rows_read();
-        assert_eq!(read, 6);
-        // Step 2 asks for the same rows: all served from the cache.
-        job.ready_for_step().unwrap();
-        job.start(&ids, true, &pool.shared());
-        job.wait(0, true).unwrap();
-        let (rows, _) = job.wait(1, true).unwrap();
-        let expected: Vec<u8> = [4u8, 5, 6].iter().flat_map(|&r| [r; 8]).collect();
-        assert_eq!(rows, expected);
-        assert_eq!(inner.rows_read(), read);
-        // One new row in table 1 is the only storage read of step 3.
-        job.ready_for_step().unwrap();
-        job.start(&[1, 2, 3, 4, 5, 7], true, &pool.shared());
-        job.wait(1, true).unwrap();
-        assert_eq!(inner.rows_read(), read + 1);
-        job.cancel_and_join(&pool.shared());
-        pool.shutdown();
-    }
-
-    /// Occupies a pool thread until the gate opens.
-    struct Gate {
-        running: std::sync::mpsc::Sender<()>,
-        gate: std::sync::mpsc::Receiver<()>,
-    }
-
-    impl Task for Gate {
-        fn run(self: Box<Self>) {
-            let _ = self.running.send(());
-            let _ = self.gate.recv_timeout(std::time::Duration::from_secs(10));
-        }
-        fn abandon(self: Box<Self>) {}
-        fn owner(&self) -> u64 {
-            0
-        }
-    }
-
-    #[test]
-    fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
-        let source: Arc<dyn RowSource> = Arc::new(Probe::default());
-        let stats = Arc::new(StatsRecorder::new(2));
-        let mut pool = Pool::start(1, 1, 8).unwrap();
-        // The only general thread is busy: a queued hint would wait behind
-        // it (as behind other sequences' demand reads).
-        let (running, started) = std::sync::mpsc::channel();
-        let (open, gate) = std::sync::mpsc::channel();
-        pool.shared()
-            .submit_demand(Box::new(Gate { running, gate }));
-        started.recv().unwrap();
-        let job = StepJob::new(1, &[2, 2], &[None, None], true, &source, &stats);
-        lock(&job.held).holding = true; // a step's first table is being read
-        job.hints.enter();
-        let hint = Box::new(HintTask {
-            owner: job.id,
-            flight: job.hints.clone(),
-            table: 0,
-            rows: vec![1, 2],
-            source: source.clone(),
-            stats: stats.clone(),
-            pool: pool.shared(),
-        });
-        job.submit_hint(hint, &pool.shared());
-        // The drop marks the hints cancelled and purges the pool's queues;
-        // then the step task finishes its first table and releases the
-        // hints it held: they must not reach the pool, where nothing would
-        // purge them again.
-        job.cancel_hints();
-        pool.shared().cancel_owner(job.id);
-        job.release_hints(&pool.shared());
-        // Nor does a hint submitted after the purge.
-        job.hints.enter();
-        let late = Box::new(HintTask {
-            owner: job.id,
-            flight: job.hints.clone(),
-            table: 1,
-            rows: vec![3],
-            source: source.clone(),
-            stats: stats.clone(),
-            pool: pool.shared(),
-        });
-        job.submit_hint(late, &pool.shared());
-        let (done, idle) = std::sync::mpsc::channel();
-        let flight = job.hints.clone();
-        let waiter = std::thread::spawn(move || {
-            flight.wait_idle();
-            let _ = done.send(());
-        });
-        let drained = idle.recv_timeout(std::time::Duration::from_secs(5));
-        open.send(()).unwrap();
-        waiter.join().unwrap();
-        assert!(drained.is_ok(), "a hint was queued after the drop began");
-        pool.shutdown();
-    }
-}
+mod tests;
