@@ -11,7 +11,11 @@
 # (`maturin build --release` in crates/engram-py); PROMPT: a text file of at
 # least 9K tokens (e.g. code-python.txt of scripts/corpus.py). Writes JSON
 # documents and logs to $OUT. Needs ~24 GB under $WORK for a --scale 8 model,
-# deleted at the end unless KEEP_MODEL is set.
+# deleted at the end unless KEEP_MODEL is set. PROFILES (mac flash), SWEEPS
+# (layer chunk), REPEAT (1), BENCH (1: the replay bench after each profile;
+# its compute model is COMPUTE, or else read from this run's layer-sweep
+# JSON), BENCH_SWEEPS (layer chunk), PREFILL, DECODE, HOST_ARGS (more
+# torch_host options, e.g. --ffn to skip the mac profile's calibration).
 set -euo pipefail
 
 bin=${1:?usage: device-gpu.sh ENGRAM_BIN WHEEL PROMPT}
@@ -24,6 +28,9 @@ prefill=${PREFILL:-8192}
 decode=${DECODE:-500}
 profiles=${PROFILES:-mac flash}
 repeat=${REPEAT:-1}
+sweeps=${SWEEPS:-layer chunk}
+bench=${BENCH:-1}
+bench_sweeps=${BENCH_SWEEPS:-layer chunk}
 here=$(cd "$(dirname "$0")/.." && pwd)
 host="$here/crates/engram-py/examples/torch_host.py"
 
@@ -44,29 +51,31 @@ fi
 stamp "model ready"
 
 for profile in $profiles; do
-    for sweep in layer chunk; do
+    for sweep in $sweeps; do
         steps=$decode
         [ "$sweep" = chunk ] && steps=0
         stamp "torch_host --profile $profile --sweep $sweep"
         python3 "$host" --model "$model" --prompt "$prompt" --profile "$profile" \
             --sweep "$sweep" --prefill "$prefill" --decode "$steps" --cold \
-            --repeat "$repeat" --json "$out/host-$profile-$sweep.json" \
+            --repeat "$repeat" ${HOST_ARGS:-} --json "$out/host-$profile-$sweep.json" \
             > "$out/host-$profile-$sweep.log" 2>&1 || { echo "device-gpu: torch_host failed" >&2; failed=1; }
         tail -n 6 "$out/host-$profile-$sweep.log" >&2
     done
+    [ "$bench" = 1 ] || continue
     # The replay bench with the compute this GPU measured (resident rows,
     # layer sweep), so its ds4 schedules meet the same compute timeline.
-    compute=$(python3 -c '
+    compute=${COMPUTE:-}
+    [ -n "$compute" ] || compute=$(python3 -c '
 import json, sys
 doc = json.load(open(sys.argv[1]))
 p = next(r for r in doc["summary"] if r["schedule"] == "compute_profile")
 print("gpu:custom:%.3f,%.3f,%d" % (p["prefill_us_per_token_layer"], p["decode_us_per_layer"], p["layers"]))
 ' "$out/host-$profile-layer.json")
-    for sweep in layer chunk; do
+    for sweep in $bench_sweeps; do
         stamp "bench --compute $compute --sweep $sweep"
         "$bin" bench --model "$model" --prompt "$prompt" --prefill "$prefill" --decode 0 \
             --sweep "$sweep" --compute "$compute" --schedule ds4,ds4-linux,overlap --cold \
-            --json > "$out/bench-$profile-$sweep.json"
+            --repeat "$repeat" --json > "$out/bench-$profile-$sweep.json"
     done
 done
 stamp "done"

@@ -28,10 +28,10 @@ digest must be the same under every schedule.
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import hashlib
 import json
-import math
 import os
 import random
 import statistics
@@ -47,135 +47,31 @@ import numpy as np
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 import engram
 
-# Layer sizes. `mac`: sized so one decode layer takes about the stand-in's
-# `m4-max-ds4` 0.87 ms on an H200 (decode reads ~1.7 GB of weights per layer;
-# one weight set is shared by every layer so 43 layers fit in memory: the
-# per-layer time, which is what matters here, is the same either way since
-# no layer's weights stay in the 60 MB L2). `flash`: DeepSeek V4.1-Flash's
-# active path approximated densely: d_model 4096, attention 32 x 128, and a
-# SwiGLU MLP of 14,336 (6 routed + 1 shared expert of 2,048), distinct
-# weights per layer (~10.5 B parameters). `tiny`: CPU tests.
-PROFILES = {
-    "mac": dict(dim=8192, heads=64, ffn=24576, shared=True),
-    "flash": dict(dim=4096, heads=32, ffn=14336, shared=False),
-    "tiny": dict(dim=64, heads=4, ffn=128, shared=False),
-}
-CONV_TAPS = 4
-ROW_DIM = 256
+from torch_model import PROFILES, ROW_DIM, Decoder, calibrate_ffn, rmsnorm  # noqa: E402
+
 SCHEDULES = ("resident", "sync", "overlap", "full")
-
-
-def rmsnorm(x: torch.Tensor) -> torch.Tensor:
-    x32 = x.float()
-    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
-
-
-class Weights:
-    """Random weights drawn from a seeded generator on the target device."""
-
-    def __init__(self, device: torch.device, dtype: torch.dtype, seed: int):
-        self.device, self.dtype = device, dtype
-        self.gen = torch.Generator(device=device)
-        self.gen.manual_seed(seed)
-
-    def matrix(self, rows: int, cols: int) -> torch.Tensor:
-        w = torch.randn(rows, cols, generator=self.gen, device=self.device, dtype=torch.float32)
-        return (w * (1.0 / math.sqrt(cols))).to(self.dtype)
-
-
-class Layer:
-    """Attention + SwiGLU MLP, with an Engram block in front where the model
-    has one. Keeps its own KV cache and convolution history."""
-
-    def __init__(self, core: dict, engram_table: int | None, rows_per_token: int,
-                 w: Weights, dim: int, heads: int, max_len: int):
-        self.core, self.table, self.heads, self.dim = core, engram_table, heads, dim
-        head_dim = dim // heads
-        self.k_cache = torch.zeros(heads, max_len, head_dim, device=w.device, dtype=w.dtype)
-        self.v_cache = torch.zeros_like(self.k_cache)
-        self.length = 0
-        if engram_table is not None:
-            cols = rows_per_token * ROW_DIM
-            self.wk, self.wv = w.matrix(dim, cols), w.matrix(dim, cols)
-            self.taps = w.matrix(CONV_TAPS, dim) * math.sqrt(dim / CONV_TAPS)
-            self.history = torch.zeros(CONV_TAPS - 1, dim, device=w.device, dtype=w.dtype)
-
-    def engram(self, h: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """rows: (T, rows_per_token, 256) float32 on the device."""
-        flat = rows.reshape(rows.shape[0], -1).to(h.dtype)
-        key, value = flat @ self.wk.T, flat @ self.wv.T
-        gate = torch.sigmoid((rmsnorm(h).float() * rmsnorm(key).float()).sum(-1, keepdim=True)
-                             / math.sqrt(self.dim)).to(h.dtype)
-        gated = torch.cat([self.history, gate * value])
-        t = h.shape[0]
-        out = sum(self.taps[j] * gated[CONV_TAPS - 1 - j: CONV_TAPS - 1 - j + t]
-                  for j in range(CONV_TAPS))
-        self.history = gated[-(CONV_TAPS - 1):]
-        return h + out
-
-    def forward(self, h: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-        if self.table is not None:
-            h = self.engram(h, rows)
-        c = self.core
-        t, start = h.shape[0], self.length
-        q, k, v = (rmsnorm(h) @ c["wqkv"].T).split(self.dim, dim=-1)
-        shape = (t, self.heads, self.dim // self.heads)
-        q, k, v = (x.reshape(shape).transpose(0, 1) for x in (q, k, v))
-        self.k_cache[:, start:start + t] = k
-        self.v_cache[:, start:start + t] = v
-        self.length = end = start + t
-        keys, values = self.k_cache[:, :end], self.v_cache[:, :end]
-        if t == 1:
-            att = F.scaled_dot_product_attention(q, keys, values)
-        else:
-            pos = torch.arange(start, end, device=h.device)
-            mask = torch.arange(end, device=h.device)[None, :] <= pos[:, None]
-            att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        h = h + att.transpose(0, 1).reshape(t, self.dim) @ c["wo"].T
-        gate_up = rmsnorm(h) @ c["w13"].T
-        gate, up = gate_up.chunk(2, dim=-1)
-        return h + (F.silu(gate) * up) @ c["w2"].T
-
-
-class Decoder:
-    def __init__(self, profile: dict, layers: int, engram_layers: dict[int, int],
-                 rows_per_token: int, device: torch.device, max_len: int, seed: int = 7):
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        w = Weights(device, dtype, seed)
-        dim, heads, ffn = profile["dim"], profile["heads"], profile["ffn"]
-
-        def core():
-            return {"wqkv": w.matrix(3 * dim, dim), "wo": w.matrix(dim, dim),
-                    "w13": w.matrix(2 * ffn, dim), "w2": w.matrix(dim, ffn)}
-
-        shared = core() if profile["shared"] else None
-        self.layers = [Layer(shared or core(), engram_layers.get(i), rows_per_token, w,
-                             dim, heads, max_len) for i in range(layers)]
-        self.embed = w.matrix(4096, dim)
-        self.head = w.matrix(1024, dim)
-        self.device, self.dtype, self.dim = device, dtype, dim
-
-    def embed_tokens(self, tokens: np.ndarray) -> torch.Tensor:
-        idx = torch.from_numpy(tokens.astype(np.int64) % self.embed.shape[0]).to(self.device)
-        return self.embed[idx]
 
 
 @dataclass
 class Rows:
     """How one schedule delivers a table's rows for tokens [lo, hi) to the
-    compute stream: waits on the host, copies on a side stream."""
+    compute stream: waits on the host, copies on a side stream. Holds what
+    it needs of the host, not the host: a reference cycle would keep a
+    finished schedule's decoder (tens of GB of weights) alive until the
+    garbage collector runs, and the next schedule's would not fit."""
 
-    host: "Host"
+    rows_per_token: int
+    device: torch.device
+    compute: "torch.cuda.Stream | None"
     slots: dict = field(default_factory=dict)
 
     def buffers(self, table: int, tokens: int):
         key = (table, tokens)
         if key not in self.slots:
-            h = self.host
+            h = self
             shape = (tokens, h.rows_per_token, ROW_DIM)
             pin = h.device.type == "cuda"
             dev = [torch.empty(shape, dtype=torch.float32, device=h.device) for _ in range(2)]
@@ -212,9 +108,10 @@ class Host:
         self.compute = torch.cuda.current_stream() if cuda else None
         self.copy = torch.cuda.Stream() if cuda else None
         self.gpu_wait = []  # (start, end) CUDA events around the compute stream's waits
-        self.model = Decoder(PROFILES[args.profile], args.layers, self.engram_layers,
-                             info.rows_per_token, self.device, args.prefill + args.decode + 1)
-        self.rows = Rows(self)
+        self.model = Decoder(args.sizes, args.layers, self.engram_layers,
+                             info.rows_per_token, self.device, args.prefill + args.decode + 1,
+                             graphs=cuda and args.graphs)
+        self.rows = Rows(self.rows_per_token, self.device, self.compute)
 
     # --- row delivery -------------------------------------------------
     def deliver(self, table: int, lo: int, hi: int, wait_into) -> torch.Tensor:
@@ -249,6 +146,43 @@ class Host:
         consumed = torch.cuda.Event()
         b["pending"] = (slot, consumed)
         return b["dev"][slot]
+
+    def deliver_step(self, seg, pos: int, wait_into):
+        """A decode step's rows for the segment that starts with an Engram
+        block, into the fixed device buffer its graph reads."""
+        if self.schedule == "resident":
+            index, rows = self.resident[seg.table]
+            seg.rows.copy_(rows[index[pos:pos + 1]])
+            return
+        b = self.rows.buffers(seg.table, 1)
+        slot = b["next"]
+        b["next"] ^= 1
+        if b["copied"][slot] is not None:
+            b["copied"][slot].synchronize()  # the host buffer's last copy is done
+        wait_into(b["host"][slot].numpy())
+        if self.copy is None or not self.args.side_stream:
+            seg.rows.copy_(b["host"][slot])
+            return
+        with torch.cuda.stream(self.copy):
+            # The graph that last read the buffer has run (recorded after
+            # its replay on the compute stream).
+            if b.get("graph_done") is not None:
+                self.copy.wait_event(b["graph_done"])
+            seg.rows.copy_(b["host"][slot], non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record(self.copy)
+        b["copied"][slot] = copied
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(self.compute)
+        self.compute.wait_event(copied)
+        end.record(self.compute)
+        self.gpu_wait.append((start, end))
+
+    def step_done(self, seg):
+        if seg.table is not None and self.compute is not None and self.schedule != "resident":
+            done = torch.cuda.Event()
+            done.record(self.compute)
+            self.rows.buffers(seg.table, 1)["graph_done"] = done
 
     def consumed(self, table: int, tokens: int):
         b = self.rows.slots.get((table, tokens))
@@ -316,9 +250,16 @@ class Host:
                     guess = int(self.tokens[pos + 1]) if right else drafts.randrange(vocab)
                     seq.hint([guess])
             h = self.model.embed_tokens(self.tokens[pos:pos + 1])
-            for i in range(len(self.model.layers)):
-                h = self.layer(i, h, pos, pos + 1,
-                               lambda t, out: seq.step_wait_into(t, out))
+            self.model.pos.fill_(pos)
+            for seg in self.model.segments:
+                if seg.table is not None:
+                    self.deliver_step(seg, pos, lambda out, t=seg.table: seq.step_wait_into(t, out))
+                if seg.graph is None:
+                    seg.h_in = h
+                elif seg.h_in is not h:
+                    seg.h_in.copy_(h)
+                h = seg.run()
+                self.step_done(seg)
             logits = rmsnorm(h) @ self.model.head.T
             _sampled = int(logits.argmax())  # the sampling sync of a real runtime
             digest.update(h.float().cpu().numpy().tobytes())
@@ -436,6 +377,7 @@ def run_schedule(args, schedule: str, tokens, ids, rows_gpu, info) -> dict:
         seq.close()
         engine.close()
     del host
+    gc.collect()  # whatever else holds a decoder: free it before the next one
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return result
@@ -489,7 +431,26 @@ def summarize(runs: dict, args) -> list:
     return rows
 
 
-def main(argv=None) -> int:
+def profile_sizes(args) -> dict:
+    """The profile's layer sizes, its MLP width calibrated on this GPU where
+    the profile names a decode layer time instead."""
+    sizes = dict(PROFILES[args.profile])
+    if args.layer_us is not None:
+        sizes["layer_us"], sizes["ffn"] = args.layer_us, None
+    if args.ffn is not None:
+        sizes["ffn"] = args.ffn
+    if sizes["ffn"] is None:
+        if args.device != "cuda" or not args.graphs:
+            raise SystemExit(f"--profile {args.profile} sizes its MLP by timing captured "
+                             "CUDA graphs: pass --ffn on CPU or with --eager")
+        ffn, us = calibrate_ffn(sizes, args.prefill + args.decode + 1, torch.device("cuda"))
+        print(f"{args.profile}: MLP width {ffn} (one decode layer {us:.0f} us, "
+              f"target {sizes['layer_us']:.0f} us)", flush=True)
+        sizes["ffn"], sizes["calibrated_layer_us"] = ffn, us
+    return sizes
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
     p.add_argument("--prompt", help="text file, tokenized with --tokenizer")
@@ -497,6 +458,11 @@ def main(argv=None) -> int:
     p.add_argument("--tokenizer", default=os.path.join(
         os.path.dirname(__file__), "..", "..", "..", "assets", "deepseek-v4", "tokenizer.json.gz"))
     p.add_argument("--profile", choices=sorted(PROFILES), default="mac")
+    p.add_argument("--ffn", type=int, help="MLP width (the mac profile calibrates it otherwise)")
+    p.add_argument("--layer-us", type=float,
+                   help="decode layer time the mac profile's MLP width is calibrated to (870)")
+    p.add_argument("--eager", dest="graphs", action="store_false",
+                   help="launch decode kernels one by one instead of from CUDA graphs")
     p.add_argument("--layers", type=int, default=43)
     p.add_argument("--prefill", type=int, default=8192)
     p.add_argument("--decode", type=int, default=500)
@@ -513,9 +479,15 @@ def main(argv=None) -> int:
                    help="copy rows on the compute stream, synchronously (a check of the copy path)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--json", help="write the results here")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     torch.use_deterministic_algorithms(True, warn_only=True)
 
+    args.sizes = profile_sizes(args)
     tokens = load_tokens(args)
     need = args.prefill + args.decode + 1
     if len(tokens) < need:

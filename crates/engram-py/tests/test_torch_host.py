@@ -50,7 +50,9 @@ def test_the_hash_depends_on_the_rows(model, tokens_file):
     ns = argparse.Namespace(
         model=str(model), tokens=str(tokens_file), profile="tiny", layers=16, prefill=300,
         decode=12, ubatch=128, sweep="layer", draft=0.79, cache_mib=16, direct=False,
-        cold=False, seed=1, device="cpu", repeat=1, side_stream=True)
+        cold=False, seed=1, device="cpu", repeat=1, side_stream=True, ffn=None, layer_us=None,
+        graphs=True)
+    ns.sizes = torch_host.profile_sizes(ns)
     tokens = torch_host.load_tokens(ns)[:313]
     with engram.open(model) as probe:
         info = probe.info
@@ -63,3 +65,57 @@ def test_the_hash_depends_on_the_rows(model, tokens_file):
     other = torch_host.run_schedule(ns, "resident", tokens, ids, changed, info)
     assert base["prefill"]["checksum"] != other["prefill"]["checksum"]
     assert base["decode"]["checksum"] != other["decode"]["checksum"]
+
+
+def test_the_decode_step_matches_a_one_token_chunk():
+    """Layer.step (fixed shapes: the whole cache, masked, what a CUDA graph
+    holds) computes what Layer.forward computes for the same token."""
+    import torch_model
+    sizes = dict(torch_model.PROFILES["tiny"])
+    dec = torch_model.Decoder(sizes, 3, {1: 0}, 2, torch.device("cpu"), 20)
+    gen = torch.Generator().manual_seed(3)
+    prompt = torch.randn(6, sizes["dim"], generator=gen)
+    rows = torch.randn(7, 2, torch_model.ROW_DIM, generator=gen)
+    token = torch.randn(1, sizes["dim"], generator=gen)
+
+    def run(last_step):
+        for layer in dec.layers:
+            layer.reset()
+        h = prompt
+        for layer in dec.layers:
+            h = layer.forward(h, rows[:6])
+        h = token
+        for layer in dec.layers:
+            if last_step:
+                h = layer.step(h, rows[6:], torch.tensor([6]))
+            else:
+                h = layer.forward(h, rows[6:])
+        return h
+
+    assert torch.allclose(run(True), run(False), atol=1e-5)
+
+
+def test_a_calibrated_profile_needs_cuda(model, tokens_file, tmp_path):
+    with pytest.raises(SystemExit, match="--ffn"):
+        torch_host.main(args_for(model, tokens_file, tmp_path / "x.json", "--profile", "mac"))
+
+
+def test_a_finished_host_frees_its_decoder(model, tokens_file):
+    """No reference cycle keeps a schedule's decoder (on the GPU: its
+    weights) alive after the schedule: the next one would not fit."""
+    import gc
+    import weakref
+    ns = torch_host.build_parser().parse_args(args_for(model, tokens_file, "unused.json"))
+    ns.sizes = torch_host.profile_sizes(ns)
+    tokens = torch_host.load_tokens(ns)[:313]
+    with engram.open(model) as probe:
+        info = probe.info
+        ids = probe.sequence().row_ids(tokens)
+    gc.disable()
+    try:
+        host = torch_host.Host(ns, "sync", info, tokens, ids, None)
+        decoder = weakref.ref(host.model)
+        del host
+        assert decoder() is None
+    finally:
+        gc.enable()
