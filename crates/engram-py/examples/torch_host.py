@@ -121,30 +121,8 @@ class Host:
             index, rows = self.resident[table]
             return rows[index[lo:hi]]
         b = self.rows.buffers(table, hi - lo)
-        slot = b["next"]
-        b["next"] ^= 1
-        if b["copied"][slot] is not None:
-            b["copied"][slot].synchronize()  # the host buffer's last copy is done
-        wait_into(b["host"][slot].numpy())
-        if self.copy is None or not self.args.side_stream:
-            # No side stream: a synchronous copy on the compute stream (the
-            # host waits for the GPU to reach it).
-            b["dev"][slot].copy_(b["host"][slot])
-            return b["dev"][slot]
-        with torch.cuda.stream(self.copy):
-            if b["consumed"][slot] is not None:
-                self.copy.wait_event(b["consumed"][slot])
-            b["dev"][slot].copy_(b["host"][slot], non_blocking=True)
-            copied = torch.cuda.Event()
-            copied.record(self.copy)
-        b["copied"][slot] = copied
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(self.compute)
-        self.compute.wait_event(copied)
-        end.record(self.compute)
-        self.gpu_wait.append((start, end))
-        consumed = torch.cuda.Event()
-        b["pending"] = (slot, consumed)
+        slot = self.transfer(b, lambda s: b["dev"][s], wait_into, lambda s: b["consumed"][s])
+        b["pending"] = (slot, torch.cuda.Event() if self.compute is not None else None)
         return b["dev"][slot]
 
     def deliver_step(self, seg, pos: int, wait_into):
@@ -155,20 +133,29 @@ class Host:
             seg.rows.copy_(rows[index[pos:pos + 1]])
             return
         b = self.rows.buffers(seg.table, 1)
+        # The graph that last read the buffer has run (recorded after its
+        # replay on the compute stream).
+        self.transfer(b, lambda s: seg.rows, wait_into, lambda s: b.get("graph_done"))
+
+    def transfer(self, b: dict, dst, wait_into, after) -> int:
+        """Waits the rows into the next pinned host slot of `b`, then copies
+        them into the device tensor `dst(slot)` on the side stream once the
+        event `after(slot)` has passed, and orders the compute stream after
+        the copy. Returns the slot."""
         slot = b["next"]
         b["next"] ^= 1
         if b["copied"][slot] is not None:
             b["copied"][slot].synchronize()  # the host buffer's last copy is done
         wait_into(b["host"][slot].numpy())
         if self.copy is None or not self.args.side_stream:
-            seg.rows.copy_(b["host"][slot])
-            return
+            # No side stream: a synchronous copy on the compute stream (the
+            # host waits for the GPU to reach it).
+            dst(slot).copy_(b["host"][slot])
+            return slot
         with torch.cuda.stream(self.copy):
-            # The graph that last read the buffer has run (recorded after
-            # its replay on the compute stream).
-            if b.get("graph_done") is not None:
-                self.copy.wait_event(b["graph_done"])
-            seg.rows.copy_(b["host"][slot], non_blocking=True)
+            if after(slot) is not None:
+                self.copy.wait_event(after(slot))
+            dst(slot).copy_(b["host"][slot], non_blocking=True)
             copied = torch.cuda.Event()
             copied.record(self.copy)
         b["copied"][slot] = copied
@@ -177,6 +164,7 @@ class Host:
         self.compute.wait_event(copied)
         end.record(self.compute)
         self.gpu_wait.append((start, end))
+        return slot
 
     def step_done(self, seg):
         if seg.table is not None and self.compute is not None and self.schedule != "resident":
