@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use engram::cache::{CachedSource, RowCache};
 use engram::io::fault::{FaultPlan, FaultSource};
-use engram::io::{BatchStats, IoConfig, Priority, RowSource};
+use engram::io::{BatchStats, IoConfig, RowRequest, RowSource, TableShape};
 use engram::model::Model;
 use engram::prefetch::{Engine, PrefetchConfig, Sequence};
 use engram::Result;
@@ -55,29 +55,17 @@ impl RowSource for Mixed {
     fn name(&self) -> String {
         "mixed".into()
     }
-    fn tables(&self) -> usize {
-        self.whole.tables()
+    fn shapes(&self) -> &[TableShape] {
+        self.whole.shapes()
     }
-    fn table_rows(&self, table: usize) -> u64 {
-        self.whole.table_rows(table)
-    }
-    fn row_bytes(&self, table: usize) -> usize {
-        self.whole.row_bytes(table)
-    }
-    fn read_rows_at(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
         let source = if n % 10 == 3 {
             &self.truncated
         } else {
             &self.whole
         };
-        let result = source.read_rows_at(table, rows, out, priority);
+        let result = source.read(request, out);
         if result.is_err() {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }

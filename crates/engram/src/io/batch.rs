@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::files::{TableFiles, TableSpec};
 use super::plan::{self, PlanLimits, ReadOp, Request, SubBatch};
-use super::{BatchStats, IoConfig, Priority, RowSource, PAGE};
+use super::{BatchStats, IoConfig, Priority, RowRequest, RowSource, TableShape, PAGE};
 use crate::{Error, Result};
 
 /// A failed read: which one and why.
@@ -90,6 +90,8 @@ pub struct BatchSource<E> {
     // the descriptors it reads are still open.
     engine: E,
     files: Arc<TableFiles>,
+    /// The tables' shapes, as [`RowSource::shapes`] answers them.
+    shapes: Vec<TableShape>,
     limits: PlanLimits,
     /// Bounce buffers kept for reuse: a fresh allocation costs a page fault
     /// per page on first touch (inside the read syscall for direct I/O),
@@ -110,8 +112,17 @@ impl<E: ReadEngine> BatchSource<E> {
             // Two sub-batches are in flight at once.
             max_batch: (config.max_batch_bytes / 2).max(config.max_read_bytes),
         };
+        let shapes = files
+            .tables
+            .iter()
+            .map(|t| TableShape {
+                rows: t.rows,
+                row_bytes: t.row_bytes,
+            })
+            .collect();
         BatchSource {
             files,
+            shapes,
             engine,
             limits,
             spare: Mutex::new(Vec::new()),
@@ -258,25 +269,16 @@ impl<E: ReadEngine> RowSource for BatchSource<E> {
         name
     }
 
-    fn tables(&self) -> usize {
-        self.files.tables.len()
+    fn shapes(&self) -> &[TableShape] {
+        &self.shapes
     }
 
-    fn table_rows(&self, table: usize) -> u64 {
-        self.files.tables.get(table).map_or(0, |t| t.rows)
-    }
-
-    fn row_bytes(&self, table: usize) -> usize {
-        self.files.tables.get(table).map_or(0, |t| t.row_bytes)
-    }
-
-    fn read_rows_at(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
+        let RowRequest {
+            table,
+            rows,
+            priority,
+        } = request;
         let started = Instant::now();
         let spec = self.spec(table)?;
         check_out_len(table, rows.len(), spec.row_bytes, out.len())?;

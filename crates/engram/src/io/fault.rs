@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::batch::BatchSource;
 use super::files::{PositionalRead, TableFiles};
 use super::psync::PsyncEngine;
-use super::{BatchStats, IoConfig, Priority, RowSource};
+use super::{BatchStats, IoConfig, RowRequest, RowSource, TableShape};
 use crate::model::TableLocation;
 use crate::{Error, Result};
 
@@ -176,22 +176,10 @@ impl RowSource for FaultSource {
     fn name(&self) -> String {
         format!("fault({})", self.inner.name())
     }
-    fn tables(&self) -> usize {
-        self.inner.tables()
+    fn shapes(&self) -> &[TableShape] {
+        self.inner.shapes()
     }
-    fn table_rows(&self, table: usize) -> u64 {
-        self.inner.table_rows(table)
-    }
-    fn row_bytes(&self, table: usize) -> usize {
-        self.inner.row_bytes(table)
-    }
-    fn read_rows_at(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
-        self.inner.read_rows_at(table, rows, out, priority)
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
+        self.inner.read(request, out)
     }
 }

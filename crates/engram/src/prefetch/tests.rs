@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{Engine, PanicSite, PrefetchConfig};
 use crate::io::BatchStats;
 use crate::layout::Layout;
-use crate::prefetch::source::{Priority, RowSource};
+use crate::prefetch::source::{RowRequest, RowSource, TableShape};
 use crate::{Error, Result};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -20,11 +20,21 @@ const VOCAB: u32 = 5000;
 /// row id.
 struct Rows {
     layout: Layout,
+    shapes: Vec<TableShape>,
 }
 
 impl Rows {
     fn new() -> Arc<Rows> {
-        Arc::new(Rows { layout: layout() })
+        let layout = layout();
+        let shapes = layout
+            .tables
+            .iter()
+            .map(|t| TableShape {
+                rows: t.rows,
+                row_bytes: 8,
+            })
+            .collect();
+        Arc::new(Rows { layout, shapes })
     }
 }
 
@@ -32,23 +42,11 @@ impl RowSource for Rows {
     fn name(&self) -> String {
         "rows".into()
     }
-    fn tables(&self) -> usize {
-        2
+    fn shapes(&self) -> &[TableShape] {
+        &self.shapes
     }
-    fn table_rows(&self, table: usize) -> u64 {
-        self.layout.tables[table].rows
-    }
-    fn row_bytes(&self, _table: usize) -> usize {
-        8
-    }
-    fn read_rows_at(
-        &self,
-        _table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        _priority: Priority,
-    ) -> Result<BatchStats> {
-        for (row, dst) in rows.iter().zip(out.chunks_exact_mut(8)) {
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
+        for (row, dst) in request.rows.iter().zip(out.chunks_exact_mut(8)) {
             dst.fill(*row as u8);
         }
         Ok(BatchStats::default())

@@ -7,7 +7,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use engram::layout::{Layout, TableLayout};
-use engram::prefetch::source::{BatchStats, Priority, RowSource};
+use engram::prefetch::source::{BatchStats, Priority, RowRequest, RowSource, TableShape};
 use engram::{Error, Result};
 
 pub const VOCAB: u32 = 50;
@@ -60,7 +60,7 @@ pub fn row_bytes_of(table: usize, row: u64) -> [u8; ROW_BYTES] {
 /// An in-memory row source: rows computed by [`row_bytes_of`].
 #[derive(Default)]
 pub struct MemSource {
-    pub rows: Vec<u64>,
+    pub shapes: Vec<TableShape>,
     /// Fail every read that includes this (table, row).
     pub fail_row: Option<(usize, u64)>,
     /// Panic on every read that includes this (table, row).
@@ -74,7 +74,14 @@ pub struct MemSource {
 impl MemSource {
     pub fn for_layout(layout: &Layout) -> MemSource {
         MemSource {
-            rows: layout.tables.iter().map(|t| t.rows).collect(),
+            shapes: layout
+                .tables
+                .iter()
+                .map(|t| TableShape {
+                    rows: t.rows,
+                    row_bytes: ROW_BYTES,
+                })
+                .collect(),
             ..MemSource::default()
         }
     }
@@ -84,22 +91,11 @@ impl RowSource for MemSource {
     fn name(&self) -> String {
         "mem".into()
     }
-    fn tables(&self) -> usize {
-        self.rows.len()
+    fn shapes(&self) -> &[TableShape] {
+        &self.shapes
     }
-    fn table_rows(&self, table: usize) -> u64 {
-        self.rows[table]
-    }
-    fn row_bytes(&self, _table: usize) -> usize {
-        ROW_BYTES
-    }
-    fn read_rows_at(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
+        let (table, rows, priority) = (request.table, request.rows, request.priority);
         self.calls.fetch_add(1, Ordering::Relaxed);
         if priority == Priority::Hint {
             self.hint_calls.fetch_add(1, Ordering::Relaxed);
@@ -113,7 +109,7 @@ impl RowSource for MemSource {
             .map(|&r| u64::from(r))
             .zip(out.chunks_exact_mut(ROW_BYTES))
         {
-            if row >= self.rows[table] {
+            if row >= self.shapes[table].rows {
                 return Err(Error::InvalidArgument(format!(
                     "row {row} outside table {table}"
                 )));
