@@ -19,5 +19,7 @@ pub mod model;
 pub mod open;
 pub mod prefetch;
 pub mod stats;
+#[cfg(any(test, feature = "test_utils"))]
+pub mod testing;
 
 pub use error::{Error, ErrorKind, Result};

@@ -225,15 +225,10 @@ fn soak_eight_sequences_under_random_faults() {
     ));
     let threads_before = threads_now();
     let config = PrefetchConfig {
-        chunk_tokens: 16,
-        first_chunk_tokens: 4,
-        read_batch_tokens: 8,
-        ring_chunks: 2,
-        overlap_threshold: 0,
         lookup_hints: true,
         workers: 3,
         decode_workers: 2,
-        ..PrefetchConfig::default()
+        ..engram::testing::small_prefetch()
     };
     let engine = Engine::for_model(&model, cached.clone(), config).unwrap();
     let counts = Counts::default();

@@ -3,13 +3,14 @@
 //! table, drops return, and the engine's threads survive. Each test runs
 //! under a timeout so a hang fails it.
 
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Engine, PanicSite, PrefetchConfig};
+use super::{Engine, PanicSite};
 use crate::io::BatchStats;
 use crate::layout::Layout;
 use crate::prefetch::source::{RowRequest, RowSource, TableShape};
+use crate::testing::{small_prefetch, within};
 use crate::{Error, Result};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -59,34 +60,7 @@ fn layout() -> Layout {
 }
 
 fn engine(source: &Arc<Rows>) -> Engine {
-    let config = PrefetchConfig {
-        chunk_tokens: 16,
-        first_chunk_tokens: 4,
-        read_batch_tokens: 8,
-        ring_chunks: 2,
-        overlap_threshold: 0,
-        ..PrefetchConfig::default()
-    };
-    Engine::new(source.clone(), source.layout.clone(), config).unwrap()
-}
-
-/// Runs `f` on a thread; a hang past the limit fails the test.
-fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(LIMIT) {
-        Ok(v) => {
-            handle.join().unwrap();
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => unreachable!("sender dropped without sending"),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("timed out after {LIMIT:?}: a wait hung"),
-    }
+    Engine::new(source.clone(), source.layout.clone(), small_prefetch()).unwrap()
 }
 
 fn internal(e: &Error, what: &str) -> bool {
@@ -99,7 +73,7 @@ fn a_panic_in_a_prefill_task_ends_every_wait_and_the_drop() {
         let source = Rows::new();
         let engine = engine(&source);
         engine.inject_panic(PanicSite::Prefill, table, true);
-        let engine = within(move || {
+        let engine = within(LIMIT, move || {
             let mut seq = engine.sequence();
             let prompt: Vec<u32> = (0..120).map(|i| i % VOCAB).collect();
             {
@@ -142,7 +116,7 @@ fn a_panic_in_a_decode_task_ends_every_wait_and_later_steps_are_refused() {
     for table in 0..2 {
         let source = Rows::new();
         let engine = engine(&source);
-        let engine = within(move || {
+        let engine = within(LIMIT, move || {
             let mut seq = engine.sequence();
             seq.step_begin(1).unwrap();
             // Both tables: a table the consumer did not wait could still be
@@ -186,7 +160,7 @@ fn a_panic_in_a_hint_task_ends_nothing_else() {
     let source = Rows::new();
     let engine = engine(&source);
     engine.inject_panic(PanicSite::Hint, 0, true);
-    let engine = within(move || {
+    let engine = within(LIMIT, move || {
         let mut seq = engine.sequence();
         for step in 0..20 {
             seq.hint(&[step % VOCAB, (step + 1) % VOCAB]).unwrap();
@@ -215,7 +189,7 @@ fn many_decode_steps_never_run_the_ready_count_up() {
     // count would have saturated.
     let source = Rows::new();
     let engine = engine(&source);
-    within(move || {
+    within(LIMIT, move || {
         let mut seq = engine.sequence();
         for step in 0..3000u32 {
             let token = step % VOCAB;

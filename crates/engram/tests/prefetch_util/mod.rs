@@ -3,12 +3,16 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use engram::layout::{Layout, TableLayout};
 use engram::prefetch::source::{BatchStats, Priority, RowRequest, RowSource, TableShape};
 use engram::{Error, Result};
+
+// Not every test binary that includes this module waits on a thread.
+#[allow(unused_imports)]
+pub use engram::testing::within;
 
 pub const VOCAB: u32 = 50;
 pub const ROW_BYTES: usize = 16;
@@ -159,31 +163,6 @@ pub fn reference(
         }
     }
     out
-}
-
-/// Runs `f` on a thread and fails the test if it does not finish in time
-/// (so a hang is a failure, not a stuck suite).
-pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    // Miri interprets about a thousand times slower than native code.
-    let limit = if cfg!(miri) { limit * 200 } else { limit };
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => {
-            handle.join().unwrap();
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            // The closure panicked: surface its panic.
-            match handle.join() {
-                Err(p) => std::panic::resume_unwind(p),
-                Ok(()) => unreachable!("sender dropped without sending"),
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("timed out after {limit:?}: a wait hung"),
-    }
 }
 
 pub fn source_arc(s: MemSource) -> (Arc<MemSource>, Arc<dyn RowSource>) {
