@@ -18,6 +18,7 @@ use engram::io::fault::{FaultPlan, FaultSource};
 use engram::io::{BatchStats, IoConfig, RowRequest, RowSource, TableShape};
 use engram::model::Model;
 use engram::prefetch::{Engine, PrefetchConfig, Sequence};
+use engram::splitmix::SplitMix64;
 use engram::Result;
 use prefetch_util::{write_file_model, VOCAB};
 
@@ -25,22 +26,6 @@ const SEQUENCES: usize = 8;
 const COLS: usize = 4;
 /// A call blocked this long (no progress anywhere) counts as a hang.
 const HANG: Duration = Duration::from_secs(60);
-
-/// A small deterministic generator (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Routes one call in ten to the truncated copy, the rest to the
 /// faulty whole file; counts calls and the errors they returned.
@@ -117,7 +102,7 @@ fn threads_now() -> usize {
 /// One sequence's loop until `deadline`: a prefill (waits on both tables,
 /// in steps), then decode steps with hints and an occasional rollback.
 fn drive(seq: &mut Sequence, model: &Model, counts: &Counts, seed: u64, deadline: Instant) {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     while Instant::now() < deadline {
         let n = 8 + rng.below(150) as usize;
         let prompt: Vec<u32> = (0..n).map(|_| rng.below(u64::from(VOCAB)) as u32).collect();

@@ -13,6 +13,7 @@ use engram::hash::Hasher;
 use engram::io::{cachectl, open_source, stats::latency_histogram, Backend, IoConfig, RowSource};
 use engram::layout::{encode, vendored_tokenizer};
 use engram::model::{Model, TableLocation};
+use engram::splitmix::SplitMix64;
 use engram::{Error, Result};
 use serde::Serialize;
 
@@ -128,7 +129,7 @@ pub fn run(args: &IobenchArgs) -> Result<()> {
     );
     let text = prefill_text(args.text.as_deref())?;
     let prefill_ids = prefill_rows(&model, args.table, &text)?;
-    let mut rng = SplitMix(args.seed);
+    let mut rng = SplitMix64(args.seed);
     let bench = Bench {
         source: RefCell::new(Some(source)),
         tables: &model.tables,
@@ -246,7 +247,7 @@ impl Bench<'_> {
         Ok(())
     }
 
-    fn singles(&self, n: usize, rng: &mut SplitMix) -> Result<SingleReport> {
+    fn singles(&self, n: usize, rng: &mut SplitMix64) -> Result<SingleReport> {
         let source = self.prepare()?;
         eprintln!("iobench: {n} single-row reads ...");
         let mut times = Vec::with_capacity(n);
@@ -267,7 +268,7 @@ impl Bench<'_> {
         })
     }
 
-    fn decode_batches(&self, n: usize, rng: &mut SplitMix) -> Result<DecodeReport> {
+    fn decode_batches(&self, n: usize, rng: &mut SplitMix64) -> Result<DecodeReport> {
         let source = self.prepare()?;
         eprintln!("iobench: {n} decode batches of {ROWS_PER_DECODE_BATCH} rows ...");
         let mut times = Vec::with_capacity(n);
@@ -361,22 +362,4 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
         p.tokens, p.rows, p.unique_rows, p.seconds, p.unique_rows_per_s
     ));
     Ok(())
-}
-
-/// splitmix64: reproducible random rows from `--seed`.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`; bias below 2^-30 for tables < 2^34 rows).
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n.max(1))) >> 64) as u64
-    }
 }

@@ -33,6 +33,33 @@ pub struct Completed {
     pub failure: Option<OpError>,
 }
 
+impl Completed {
+    /// Done without a queued read (nothing to read, a list refused, or rows
+    /// read inline): `buf` handed back, no latencies, `error` charged to
+    /// the first read if any.
+    pub fn immediate(buf: BounceBuf, error: Option<io::Error>) -> Completed {
+        Completed {
+            buf: Some(buf),
+            latencies_ns: Vec::new(),
+            failure: error.map(|error| OpError { op: 0, error }),
+        }
+    }
+}
+
+/// What an engine's `submit` does before it queues anything: an empty list
+/// is done at once and a list that does not fit `buf` ([`plan::check_ops`])
+/// fails at once (both `Err`, the answer to return); otherwise `buf` comes
+/// back to be read into.
+pub fn check_submission(ops: &[ReadOp], buf: BounceBuf) -> std::result::Result<BounceBuf, Pending> {
+    if ops.is_empty() {
+        return Err(Pending::ready(Completed::immediate(buf, None)));
+    }
+    match plan::check_ops(ops, buf.len()) {
+        Ok(()) => Ok(buf),
+        Err(error) => Err(Pending::ready(Completed::immediate(buf, Some(error)))),
+    }
+}
+
 /// Reads in progress; [`Pending::wait`] blocks until they are done.
 ///
 /// The engine owns the bounce buffer while reads are in flight, so dropping
@@ -164,12 +191,7 @@ impl<E: ReadEngine> BatchSource<E> {
                 self.return_buffer(buf);
                 return Err(Error::NotResident { table: spec_table });
             }
-            let done = Completed {
-                buf: Some(buf),
-                latencies_ns: Vec::new(),
-                failure: None,
-            };
-            return Ok((batch, Pending::ready(done)));
+            return Ok((batch, Pending::ready(Completed::immediate(buf, None))));
         }
         let pending = self.engine.submit(batch.ops.clone(), buf, priority);
         Ok((batch, pending))

@@ -17,6 +17,7 @@ use super::files::{PositionalRead, TableFiles};
 use super::psync::PsyncEngine;
 use super::{BatchStats, IoConfig, RowRequest, RowSource, TableShape};
 use crate::model::TableLocation;
+use crate::splitmix::mix;
 use crate::{Error, Result};
 
 /// Which faults to inject. Read numbers count every `pread` of the source
@@ -60,14 +61,6 @@ impl FaultState {
         self.eio_count.fetch_add(1, Ordering::SeqCst);
         Err(io::Error::from_raw_os_error(libc::EIO))
     }
-}
-
-/// SplitMix64's finalizer: a well-spread hash of `x`.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 /// A file that injects the faults of its [`FaultState`].
