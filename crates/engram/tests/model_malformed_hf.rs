@@ -5,8 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use engram::codec::Encoding;
-use engram::layout::{preset, preset_params, vendored_tokenizer_json};
-use engram::model::hf::{self, HfConfig};
+use engram::model::hf;
 use engram::model::synth::{self, SynthFormat};
 use engram::model::{Model, NoProgress};
 use engram::Error;
@@ -22,22 +21,14 @@ struct Good {
 fn good() -> Good {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("good");
-    let name = "deepseek-v4.1-flash";
-    let layout = preset(name, SCALE).unwrap();
-    let config = HfConfig {
-        params: preset_params(name, SCALE).unwrap(),
-        num_embeddings: layout.tables.iter().map(|t| t.rows).collect(),
-        compressed_vocab_size: u64::from(layout.compressed_vocab_size),
-        vocab_size: Some(layout.token_map.len() as u64),
-    };
-    let tok = vendored_tokenizer_json().unwrap();
-    synth::synth(
+    let preset = "deepseek-v4.1-flash";
+    let encoding = Encoding::E4m3E8m0Row264;
+    synth::synth_preset(
         &dir,
         SynthFormat::Hf,
-        &layout,
-        &config,
-        &tok,
-        Encoding::E4m3E8m0Row264,
+        preset,
+        SCALE,
+        encoding,
         1,
         &NoProgress,
     )
