@@ -67,13 +67,24 @@ fn internal(e: &Error, what: &str) -> bool {
     matches!(e, Error::Internal(m) if m.contains(what) && m.contains("panicked"))
 }
 
+/// Runs `body` on a fresh engine under the timeout; then checks that once
+/// the engine is dropped no reader task kept the source.
+fn on_fresh_engine(body: impl FnOnce(&Engine) + Send + 'static) {
+    let source = Rows::new();
+    let engine = engine(&source);
+    let engine = within(LIMIT, move || {
+        body(&engine);
+        engine
+    });
+    drop(engine);
+    assert_eq!(Arc::strong_count(&source), 1, "a task kept the source");
+}
+
 #[test]
 fn a_panic_in_a_prefill_task_ends_every_wait_and_the_drop() {
     for table in 0..2 {
-        let source = Rows::new();
-        let engine = engine(&source);
-        engine.inject_panic(PanicSite::Prefill, table, true);
-        let engine = within(LIMIT, move || {
+        on_fresh_engine(move |engine| {
+            engine.inject_panic(PanicSite::Prefill, table, true);
             let mut seq = engine.sequence();
             let prompt: Vec<u32> = (0..120).map(|i| i % VOCAB).collect();
             {
@@ -104,19 +115,14 @@ fn a_panic_in_a_prefill_task_ends_every_wait_and_the_drop() {
             seq.step_wait(0).unwrap();
             seq.step_wait(1).unwrap();
             drop(seq);
-            engine
         });
-        drop(engine);
-        assert_eq!(Arc::strong_count(&source), 1, "a task kept the source");
     }
 }
 
 #[test]
 fn a_panic_in_a_decode_task_ends_every_wait_and_later_steps_are_refused() {
     for table in 0..2 {
-        let source = Rows::new();
-        let engine = engine(&source);
-        let engine = within(LIMIT, move || {
+        on_fresh_engine(move |engine| {
             let mut seq = engine.sequence();
             seq.step_begin(1).unwrap();
             // Both tables: a table the consumer did not wait could still be
@@ -148,19 +154,14 @@ fn a_panic_in_a_decode_task_ends_every_wait_and_later_steps_are_refused() {
             fresh.step_begin(3).unwrap();
             fresh.step_wait(1).unwrap();
             drop(fresh);
-            engine
         });
-        drop(engine);
-        assert_eq!(Arc::strong_count(&source), 1, "a task kept the source");
     }
 }
 
 #[test]
 fn a_panic_in_a_hint_task_ends_nothing_else() {
-    let source = Rows::new();
-    let engine = engine(&source);
-    engine.inject_panic(PanicSite::Hint, 0, true);
-    let engine = within(LIMIT, move || {
+    on_fresh_engine(|engine| {
+        engine.inject_panic(PanicSite::Hint, 0, true);
         let mut seq = engine.sequence();
         for step in 0..20 {
             seq.hint(&[step % VOCAB, (step + 1) % VOCAB]).unwrap();
@@ -169,10 +170,7 @@ fn a_panic_in_a_hint_task_ends_nothing_else() {
             seq.step_wait(1).unwrap();
         }
         drop(seq);
-        engine
     });
-    drop(engine);
-    assert_eq!(Arc::strong_count(&source), 1);
 }
 
 #[test]
