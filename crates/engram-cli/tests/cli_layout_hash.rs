@@ -1,15 +1,11 @@
 //! `engram layout` and `engram hash` run as a user runs them.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn engram(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_engram"))
-        .args(args)
-        .output()
-        .expect("run engram")
-}
+mod support;
+use support::{engram, LAYOUT_KEYS};
 
 fn json_of(out: &Output) -> Value {
     assert!(
@@ -31,18 +27,7 @@ fn layout_json_has_the_documented_fields_in_order() {
     let out = engram(&["layout", "--json"]);
     let doc = json_of(&out);
     let text = String::from_utf8(out.stdout).unwrap();
-    let keys = [
-        "layer_ids",
-        "max_ngram_size",
-        "n_heads",
-        "vocab_size",
-        "compressed_vocab_size",
-        "pad_compressed_id",
-        "rows",
-        "primes",
-        "multipliers",
-    ];
-    let positions: Vec<usize> = keys
+    let positions: Vec<usize> = LAYOUT_KEYS
         .iter()
         .map(|k| text.find(&format!("\"{k}\"")).unwrap())
         .collect();

@@ -208,10 +208,9 @@ pub unsafe extern "C" fn engram_prefill_wait_into(
 #[no_mangle]
 pub unsafe extern "C" fn engram_prefill_end(pf: *mut engram_prefill) -> engram_status {
     call("engram_prefill_end", || {
-        if pf.is_null() {
+        let Some(obj) = handles::take::<PrefillObj, _>(pf)? else {
             return Ok(());
-        }
-        let obj: Arc<PrefillObj> = handles::remove(pf.addr())?;
+        };
         let mut inner = obj.seq.lock()?;
         if inner
             .prefill

@@ -194,10 +194,9 @@ pub unsafe extern "C" fn engram_seq_new(
 #[no_mangle]
 pub unsafe extern "C" fn engram_seq_free(seq: *mut engram_seq) -> engram_status {
     call("engram_seq_free", || {
-        if seq.is_null() {
+        let Some(obj) = handles::take::<SeqObj, _>(seq)? else {
             return Ok(());
-        }
-        let obj: Arc<SeqObj> = handles::remove(seq.addr())?;
+        };
         let stats = match obj.lock_even_freed() {
             Ok(mut inner) => {
                 // Under the lock: a prefill_begin that already holds a
