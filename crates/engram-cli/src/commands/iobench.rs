@@ -250,16 +250,13 @@ impl Bench<'_> {
     fn singles(&self, n: usize, rng: &mut SplitMix64) -> Result<SingleReport> {
         let source = self.prepare()?;
         eprintln!("iobench: {n} single-row reads ...");
-        let mut times = Vec::with_capacity(n);
-        let mut out = Vec::new();
-        for _ in 0..n {
-            let table = rng.below(source.tables() as u64) as usize;
-            let row = rng.below(source.table_rows(table)) as u32;
-            out.resize(source.row_bytes(table), 0);
-            let started = Instant::now();
-            source.read_rows(table, &[row], &mut out)?;
-            times.push(started.elapsed().as_nanos() as u64);
-        }
+        let reads: Vec<(usize, Vec<u32>)> = (0..n)
+            .map(|_| {
+                let table = rng.below(source.tables() as u64) as usize;
+                (table, vec![rng.below(source.table_rows(table)) as u32])
+            })
+            .collect();
+        let times = time_reads(source.as_ref(), &reads)?;
         let h = latency_histogram(&times);
         Ok(SingleReport {
             rows: n,
@@ -271,19 +268,17 @@ impl Bench<'_> {
     fn decode_batches(&self, n: usize, rng: &mut SplitMix64) -> Result<DecodeReport> {
         let source = self.prepare()?;
         eprintln!("iobench: {n} decode batches of {ROWS_PER_DECODE_BATCH} rows ...");
-        let mut times = Vec::with_capacity(n);
-        let mut out = Vec::new();
-        for b in 0..n {
-            let table = b % source.tables();
-            let rows = source.table_rows(table);
-            let ids: Vec<u32> = (0..ROWS_PER_DECODE_BATCH)
-                .map(|_| rng.below(rows) as u32)
-                .collect();
-            out.resize(ids.len() * source.row_bytes(table), 0);
-            let started = Instant::now();
-            source.read_rows(table, &ids, &mut out)?;
-            times.push(started.elapsed().as_nanos() as u64);
-        }
+        let reads: Vec<(usize, Vec<u32>)> = (0..n)
+            .map(|b| {
+                let table = b % source.tables();
+                let rows = source.table_rows(table);
+                let ids = (0..ROWS_PER_DECODE_BATCH)
+                    .map(|_| rng.below(rows) as u32)
+                    .collect();
+                (table, ids)
+            })
+            .collect();
+        let times = time_reads(source.as_ref(), &reads)?;
         let h = latency_histogram(&times);
         let mean = times.iter().sum::<u64>() as f64 / times.len().max(1) as f64;
         Ok(DecodeReport {
@@ -326,6 +321,20 @@ impl Bench<'_> {
             unique_rows_per_s: (unique as f64 / seconds).round(),
         })
     }
+}
+
+/// Each of `reads` (table, row ids) in turn, timed alone: nanoseconds per
+/// read. The requests are drawn beforehand so only the reads are timed.
+fn time_reads(source: &dyn RowSource, reads: &[(usize, Vec<u32>)]) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    let mut times = Vec::with_capacity(reads.len());
+    for (table, ids) in reads {
+        out.resize(ids.len() * source.row_bytes(*table), 0);
+        let started = Instant::now();
+        source.read_rows(*table, ids, &mut out)?;
+        times.push(started.elapsed().as_nanos() as u64);
+    }
+    Ok(times)
 }
 
 fn us(ns: u64) -> f64 {
