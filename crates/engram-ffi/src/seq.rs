@@ -55,8 +55,6 @@ pub struct engram_stall {
 pub(crate) struct LivePrefill {
     pub handle: usize,
     pub prefill: Prefill<'static>,
-    /// Per table: the `upto` of the last wait (start of the next rows).
-    pub upto: Vec<u32>,
 }
 
 pub(crate) struct SeqInner {

@@ -2,6 +2,8 @@
 //! given one named mutation each, must be refused with an error naming the
 //! file and the field (never a panic, never a huge allocation).
 
+mod model_support;
+
 use std::path::{Path, PathBuf};
 
 use engram::codec::Encoding;
@@ -9,6 +11,7 @@ use engram::model::hf;
 use engram::model::synth::{self, SynthFormat};
 use engram::model::{Model, NoProgress};
 use engram::Error;
+use model_support::assert_format;
 use serde_json::Value;
 
 const SCALE: u64 = 262_144;
@@ -45,25 +48,6 @@ fn copy(g: &Good, name: &str) -> PathBuf {
         std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
     }
     dst
-}
-
-fn assert_format(r: engram::Result<Model>, file: &Path, field: &str) {
-    match r {
-        Err(Error::Format {
-            file: f,
-            field: fd,
-            reason,
-        }) => {
-            assert_eq!(f, file, "error names the file ({fd}: {reason})");
-            assert!(
-                fd.contains(field),
-                "field {fd:?} ({reason}) should name {field:?}"
-            );
-            eprintln!("{}: {fd}: {reason}", f.display());
-        }
-        Err(other) => panic!("expected a format error on {field}, got {other}"),
-        Ok(_) => panic!("malformed checkpoint ({field}) was accepted"),
-    }
 }
 
 /// Edits config.json as JSON.
