@@ -7,60 +7,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Engine, PanicSite};
-use crate::io::BatchStats;
 use crate::layout::Layout;
-use crate::prefetch::source::{RowRequest, RowSource, TableShape};
-use crate::testing::{small_prefetch, within};
-use crate::{Error, Result};
+use crate::testing::{row_bytes_of, small_prefetch, within, MemSource};
+use crate::Error;
 
 const LIMIT: Duration = Duration::from_secs(30);
 /// Token ids used (all inside the V4.1 vocabulary).
 const VOCAB: u32 = 5000;
-
-/// The tables of [`layout`] with 8-byte rows, each byte the low byte of the
-/// row id.
-struct Rows {
-    layout: Layout,
-    shapes: Vec<TableShape>,
-}
-
-impl Rows {
-    fn new() -> Arc<Rows> {
-        let layout = layout();
-        let shapes = layout
-            .tables
-            .iter()
-            .map(|t| TableShape {
-                rows: t.rows,
-                row_bytes: 8,
-            })
-            .collect();
-        Arc::new(Rows { layout, shapes })
-    }
-}
-
-impl RowSource for Rows {
-    fn name(&self) -> String {
-        "rows".into()
-    }
-    fn shapes(&self) -> &[TableShape] {
-        &self.shapes
-    }
-    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
-        for (row, dst) in request.rows.iter().zip(out.chunks_exact_mut(8)) {
-            dst.fill(*row as u8);
-        }
-        Ok(BatchStats::default())
-    }
-}
 
 /// The V4.1-Flash layout at a small scale: a few thousand rows per table.
 fn layout() -> Layout {
     crate::layout::preset("deepseek-v4.1-flash", 65536).unwrap()
 }
 
-fn engine(source: &Arc<Rows>) -> Engine {
-    Engine::new(source.clone(), source.layout.clone(), small_prefetch()).unwrap()
+/// An in-memory source of [`layout`]'s tables.
+fn source() -> Arc<MemSource> {
+    Arc::new(MemSource::for_layout(&layout()))
+}
+
+fn engine(source: &Arc<MemSource>) -> Engine {
+    Engine::new(source.clone(), layout(), small_prefetch()).unwrap()
 }
 
 fn internal(e: &Error, what: &str) -> bool {
@@ -70,7 +36,7 @@ fn internal(e: &Error, what: &str) -> bool {
 /// Runs `body` on a fresh engine under the timeout; then checks that once
 /// the engine is dropped no reader task kept the source.
 fn on_fresh_engine(body: impl FnOnce(&Engine) + Send + 'static) {
-    let source = Rows::new();
+    let source = source();
     let engine = engine(&source);
     let engine = within(LIMIT, move || {
         body(&engine);
@@ -185,7 +151,7 @@ fn many_decode_steps_never_run_the_ready_count_up() {
     // An epoch per step: the count is 0 or 1 whatever the step number, so
     // a wait can never return before its rows are written once a running
     // count would have saturated.
-    let source = Rows::new();
+    let source = source();
     let engine = engine(&source);
     within(LIMIT, move || {
         let mut seq = engine.sequence();
@@ -195,7 +161,10 @@ fn many_decode_steps_never_run_the_ready_count_up() {
             seq.step_begin(token).unwrap();
             let rows = seq.step_wait(1).unwrap().to_vec();
             let cols = seq.rows_per_token();
-            let want: Vec<u8> = ids[cols..].iter().flat_map(|&r| [r as u8; 8]).collect();
+            let want: Vec<u8> = ids[cols..]
+                .iter()
+                .flat_map(|&r| row_bytes_of(1, u64::from(r)))
+                .collect();
             assert_eq!(rows, want, "step {step}");
             assert!(seq.steps.max_ready_count() <= 1);
         }

@@ -1,21 +1,18 @@
-//! Shared helpers of the prefetch tests: a tiny layout and an in-memory row
-//! source with fault injection.
+//! Shared helpers of the prefetch tests: a tiny layout, the reference rows
+//! and model files; the in-memory row source with fault injection is
+//! `engram::testing::MemSource`.
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use engram::layout::{Layout, TableLayout};
-use engram::prefetch::source::{BatchStats, Priority, RowRequest, RowSource, TableShape};
-use engram::{Error, Result};
+use engram::prefetch::source::RowSource;
 
-// Not every test binary that includes this module waits on a thread.
+// Not every test binary that includes this module uses each of these.
 #[allow(unused_imports)]
-pub use engram::testing::within;
+pub use engram::testing::{row_bytes_of, within, MemSource, ROW_BYTES};
 
 pub const VOCAB: u32 = 50;
-pub const ROW_BYTES: usize = 16;
 
 /// A 2-table layout, orders 2..=3, 2 heads: 4 rows per token.
 pub fn tiny_layout() -> Layout {
@@ -45,103 +42,6 @@ pub fn tiny_layout() -> Layout {
             table(1, [61, 59, 53, 47], [1_000_003, 77_777, 123_457]),
             table(14, [43, 41, 37, 31], [998_244_353, 4_093, 65_537]),
         ],
-    }
-}
-
-/// The deterministic bytes of a row: any mix-up of table, row or position
-/// shows as a mismatch.
-pub fn row_bytes_of(table: usize, row: u64) -> [u8; ROW_BYTES] {
-    let mut out = [0u8; ROW_BYTES];
-    let mut x = (row + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((table as u64 + 1) << 56);
-    for b in &mut out {
-        x ^= x >> 29;
-        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        *b = (x >> 40) as u8;
-    }
-    out
-}
-
-/// An in-memory row source: rows computed by [`row_bytes_of`].
-#[derive(Default)]
-pub struct MemSource {
-    pub shapes: Vec<TableShape>,
-    /// Fail every read that includes this (table, row).
-    pub fail_row: Option<(usize, u64)>,
-    /// Panic on every read that includes this (table, row).
-    pub panic_row: Option<(usize, u64)>,
-    /// Added latency per call.
-    pub delay: Option<Duration>,
-    pub calls: AtomicUsize,
-    pub hint_calls: AtomicUsize,
-}
-
-impl MemSource {
-    pub fn for_layout(layout: &Layout) -> MemSource {
-        MemSource {
-            shapes: layout
-                .tables
-                .iter()
-                .map(|t| TableShape {
-                    rows: t.rows,
-                    row_bytes: ROW_BYTES,
-                })
-                .collect(),
-            ..MemSource::default()
-        }
-    }
-}
-
-impl RowSource for MemSource {
-    fn name(&self) -> String {
-        "mem".into()
-    }
-    fn shapes(&self) -> &[TableShape] {
-        &self.shapes
-    }
-    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
-        let (table, rows, priority) = (request.table, request.rows, request.priority);
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        if priority == Priority::Hint {
-            self.hint_calls.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(d) = self.delay {
-            std::thread::sleep(d); // stands in for device latency
-        }
-        assert_eq!(out.len(), rows.len() * ROW_BYTES, "caller sized out wrong");
-        for (row, dst) in rows
-            .iter()
-            .map(|&r| u64::from(r))
-            .zip(out.chunks_exact_mut(ROW_BYTES))
-        {
-            if row >= self.shapes[table].rows {
-                return Err(Error::InvalidArgument(format!(
-                    "row {row} outside table {table}"
-                )));
-            }
-            if self.panic_row == Some((table, row)) {
-                panic!("injected panic at row {row}");
-            }
-            if self.fail_row == Some((table, row)) {
-                return Err(Error::RowRead {
-                    table,
-                    row,
-                    file: "mem.gguf".into(),
-                    offset: row * ROW_BYTES as u64,
-                    source: std::io::Error::from_raw_os_error(5),
-                });
-            }
-            dst.copy_from_slice(&row_bytes_of(table, row));
-        }
-        let mut unique = rows.to_vec();
-        unique.sort_unstable();
-        unique.dedup();
-        Ok(BatchStats {
-            rows_requested: rows.len() as u64,
-            rows_unique: unique.len() as u64,
-            reads_issued: unique.len() as u64,
-            bytes_read: (unique.len() * ROW_BYTES) as u64,
-            ..BatchStats::default()
-        })
     }
 }
 
