@@ -334,14 +334,19 @@ mod tests {
         })
     }
 
+    /// The probes' log and the gate of a task holding a pool's only
+    /// general thread.
+    struct Held {
+        log: mpsc::Sender<&'static str>,
+        seen: mpsc::Receiver<&'static str>,
+        /// Sending opens the gate.
+        open: mpsc::Sender<()>,
+    }
+
     /// Occupies the only general thread of `shared` with a gated task of
-    /// `owner` and waits until it runs; sending on the result opens the gate.
-    fn occupy(
-        shared: &PoolShared,
-        owner: u64,
-        log: &mpsc::Sender<&'static str>,
-        seen: &mpsc::Receiver<&'static str>,
-    ) -> mpsc::Sender<()> {
+    /// `owner` and waits until it runs.
+    fn hold(shared: &PoolShared, owner: u64) -> Held {
+        let (log, seen) = mpsc::channel();
         let (open, gate) = mpsc::channel();
         shared.submit_demand(Box::new(Probe {
             name: "gate",
@@ -351,16 +356,15 @@ mod tests {
         }));
         let running = seen.recv_timeout(Duration::from_secs(10)).unwrap();
         assert_eq!(running, "gate running");
-        open
+        Held { log, seen, open }
     }
 
     #[test]
     fn hints_run_only_when_no_demand_is_queued() {
         let mut pool = Pool::start(1, 1, 8).unwrap();
         let shared = pool.shared();
-        let (log, seen) = mpsc::channel();
         // Occupy the only general thread, then queue a hint before demand.
-        let open = occupy(&shared, 1, &log, &seen);
+        let Held { log, seen, open } = hold(&shared, 1);
         let limit = Duration::from_secs(10);
         shared.submit_hint(probe("hint", &log));
         shared.submit_demand(probe("demand", &log));
@@ -377,8 +381,7 @@ mod tests {
     fn shutdown_abandons_queued_work_and_joins() {
         let mut pool = Pool::start(1, 1, 1).unwrap();
         let shared = pool.shared();
-        let (log, seen) = mpsc::channel();
-        let open = occupy(&shared, 2, &log, &seen);
+        let Held { log, seen, open } = hold(&shared, 2);
         let limit = Duration::from_secs(10);
         shared.submit_demand(probe("queued", &log));
         // The hint bound is 1: the older hint is dropped (abandoned).
