@@ -1,15 +1,11 @@
 //! `engram layout` and `engram hash` run as a user runs them.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn engram(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_engram"))
-        .args(args)
-        .output()
-        .expect("run engram")
-}
+mod support;
+use support::{engram, LAYOUT_KEYS};
 
 fn json_of(out: &Output) -> Value {
     assert!(
@@ -31,18 +27,7 @@ fn layout_json_has_the_documented_fields_in_order() {
     let out = engram(&["layout", "--json"]);
     let doc = json_of(&out);
     let text = String::from_utf8(out.stdout).unwrap();
-    let keys = [
-        "layer_ids",
-        "max_ngram_size",
-        "n_heads",
-        "vocab_size",
-        "compressed_vocab_size",
-        "pad_compressed_id",
-        "rows",
-        "primes",
-        "multipliers",
-    ];
-    let positions: Vec<usize> = keys
+    let positions: Vec<usize> = LAYOUT_KEYS
         .iter()
         .map(|k| text.find(&format!("\"{k}\"")).unwrap())
         .collect();
@@ -116,24 +101,28 @@ fn hash_text_and_tokens_agree_and_match_the_scaled_layout() {
     }
 }
 
+/// Runs `engram` with `args`, which must fail with nothing on standard
+/// output and a message containing every one of `names`.
+fn fails_naming(args: &[&str], names: &[&str]) {
+    let err = stderr_of_failure(&engram(args));
+    for name in names {
+        assert!(err.contains(name), "{args:?}: {name:?} missing from {err}");
+    }
+}
+
 #[test]
 fn bad_arguments_fail_with_a_message_naming_them() {
-    let err = stderr_of_failure(&engram(&["hash", "--tokens", "1,x,3"]));
-    assert!(err.contains("--tokens") && err.contains("\"x\""), "{err}");
-    let err = stderr_of_failure(&engram(&["layout", "--scale", "0"]));
-    assert!(err.contains("scale 0"), "{err}");
-    let err = stderr_of_failure(&engram(&["layout", "--preset", "no-such-model"]));
-    assert!(
-        err.contains("no-such-model") && err.contains("deepseek-v4.1-flash"),
-        "{err}"
+    fails_naming(&["hash", "--tokens", "1,x,3"], &["--tokens", "\"x\""]);
+    fails_naming(&["layout", "--scale", "0"], &["scale 0"]);
+    fails_naming(
+        &["layout", "--preset", "no-such-model"],
+        &["no-such-model", "deepseek-v4.1-flash"],
     );
-    let err = stderr_of_failure(&engram(&["hash", "--text-file", "/nonexistent/prompt.txt"]));
-    assert!(err.contains("/nonexistent/prompt.txt"), "{err}");
-    let err = stderr_of_failure(&engram(&["hash", "--tokens", "5,129280"]));
-    assert!(
-        err.contains("token 129280") && err.contains("index 1"),
-        "{err}"
+    let missing = "/nonexistent/prompt.txt";
+    fails_naming(&["hash", "--text-file", missing], &[missing]);
+    fails_naming(
+        &["hash", "--tokens", "5,129280"],
+        &["token 129280", "index 1"],
     );
-    let err = stderr_of_failure(&engram(&["hash"]));
-    assert!(err.contains("--text"), "{err}");
+    fails_naming(&["hash"], &["--text"]);
 }

@@ -2,18 +2,13 @@
 //! and a clear failure on bad input.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-const SCALE: &str = "262144";
+mod support;
+use support::{engram, LAYOUT_KEYS};
 
-fn engram(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_engram"))
-        .args(args)
-        .output()
-        .expect("run engram")
-}
+const SCALE: &str = "262144";
 
 fn ok(args: &[&str]) -> String {
     let out = engram(args);
@@ -56,17 +51,7 @@ fn synth_inspect_rows_transcode_pack() {
     assert_eq!(doc["format"], "gguf");
     assert_eq!(doc["dialect"], "deepseek41");
     let layout = &doc["layout"];
-    for key in [
-        "layer_ids",
-        "max_ngram_size",
-        "n_heads",
-        "vocab_size",
-        "compressed_vocab_size",
-        "pad_compressed_id",
-        "rows",
-        "primes",
-        "multipliers",
-    ] {
+    for key in LAYOUT_KEYS {
         assert!(layout.get(key).is_some(), "layout.{key}");
     }
     assert_eq!(layout["layer_ids"], serde_json::json!([1, 14]));
@@ -146,28 +131,12 @@ fn verify_rows_names_a_corrupt_row(gguf: &Path, doc: &Value) {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("row {last} of table 1")), "{err}");
-    let out = engram(&[
-        "rows",
-        "--model",
-        p(gguf),
-        "--table",
-        "1",
-        "--ids",
-        &last.to_string(),
-    ]);
+    let last = last.to_string();
+    let read_last = ["rows", "--model", p(gguf), "--table", "1", "--ids", &last];
+    let out = engram(&read_last);
     assert!(!out.status.success());
     // Raw reads pass the bytes through as stored.
-    ok(&[
-        "rows",
-        "--model",
-        p(gguf),
-        "--table",
-        "1",
-        "--ids",
-        &last.to_string(),
-        "--format",
-        "raw",
-    ]);
+    ok(&[&read_last[..], &["--format", "raw"]].concat());
 }
 
 #[test]

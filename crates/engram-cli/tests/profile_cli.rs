@@ -20,20 +20,14 @@ fn profile_writes_a_hot_file_that_bench_serves() {
     let hot = dir.path().join("m.hot");
     let hot_s = hot.to_string_lossy().into_owned();
     let corpus_s = corpus.to_string_lossy().into_owned();
-    let o = engram(&[
-        "profile",
-        "--model",
-        &model,
-        "--corpus",
-        &corpus_s,
-        "--ext",
-        "rs",
-        "--budget-mib",
-        "1",
-        "--out",
-        &hot_s,
-        "--json",
-    ]);
+    // `engram profile` of the corpus's files ending `ext` into the hot file.
+    let profile = |ext: &str, more: &[&str]| {
+        let mut args = vec!["profile", "--model", &model, "--corpus", &corpus_s];
+        args.extend(["--ext", ext, "--budget-mib", "1", "--out", &hot_s]);
+        args.extend(more);
+        engram(&args)
+    };
+    let o = profile("rs", &["--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(doc["files"], 3);
@@ -51,25 +45,19 @@ fn profile_writes_a_hot_file_that_bench_serves() {
     let prompt = dir.path().join("prompt.txt");
     let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
     std::fs::copy(readme, &prompt).unwrap();
-    let o = engram(&[
-        "bench",
-        "--model",
-        &model,
-        "--prompt",
-        &prompt.to_string_lossy(),
-        "--prefill",
-        "200",
-        "--decode",
-        "4",
-        "--compute",
-        "gpu:custom:1,20",
-        "--schedule",
-        "overlap",
-        "--hot",
+    let prompt_s = prompt.to_string_lossy().into_owned();
+    // `engram bench` of `overlap` on the prompt, with `hot` as the hot file.
+    let bench = |hot: &str, more: &[&str]| {
+        let mut args = vec!["bench", "--model", &model, "--prompt", &prompt_s];
+        args.extend(["--prefill", "200", "--decode", "4", "--schedule", "overlap"]);
+        args.extend(["--hot", hot]);
+        args.extend(more);
+        engram(&args)
+    };
+    let o = bench(
         &hot_s,
-        "--no-floor",
-        "--json",
-    ]);
+        &["--compute", "gpu:custom:1,20", "--no-floor", "--json"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(doc["hot"]["file_bytes"].as_u64().unwrap() > 0);
@@ -86,36 +74,10 @@ fn profile_writes_a_hot_file_that_bench_serves() {
     );
 
     // A corpus with no file to count, and a hot file that is not one.
-    let o = engram(&[
-        "profile",
-        "--model",
-        &model,
-        "--corpus",
-        &corpus_s,
-        "--ext",
-        "py",
-        "--budget-mib",
-        "1",
-        "--out",
-        &hot_s,
-    ]);
+    let o = profile("py", &[]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no files found"), "{}", stderr(&o));
-    let o = engram(&[
-        "bench",
-        "--model",
-        &model,
-        "--prompt",
-        &prompt.to_string_lossy(),
-        "--prefill",
-        "200",
-        "--decode",
-        "4",
-        "--schedule",
-        "overlap",
-        "--hot",
-        &prompt.to_string_lossy(),
-    ]);
+    let o = bench(&prompt_s, &[]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("prompt.txt: magic"), "{}", stderr(&o));
 }

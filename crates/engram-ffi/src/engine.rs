@@ -199,11 +199,9 @@ pub unsafe extern "C" fn engram_open(
 #[no_mangle]
 pub unsafe extern "C" fn engram_close(engine: *mut engram_engine) -> engram_status {
     call("engram_close", || {
-        if engine.is_null() {
-            return Ok(());
-        }
-        let obj: Arc<EngineObj> = handles::remove(engine.addr())?;
-        drop(obj); // joins the readers unless another thread is mid-call
+        // Dropping the share joins the readers unless another thread is
+        // mid-call.
+        drop(handles::take::<EngineObj, _>(engine)?);
         Ok(())
     })
 }

@@ -151,6 +151,16 @@ pub(crate) fn get<K: Kind>(handle: usize) -> FfiResult<Arc<K>> {
         .ok_or_else(|| wrong_kind(handle, K::NAME, obj))
 }
 
+/// The object of a handle being freed, removed from the table: `None` for
+/// NULL (freeing NULL does nothing), an error for a handle not live or of
+/// another kind.
+pub(crate) fn take<K: Kind, H>(handle: *mut H) -> FfiResult<Option<Arc<K>>> {
+    if handle.is_null() {
+        return Ok(None);
+    }
+    remove(handle.addr()).map(Some)
+}
+
 /// Removes `handle` from the table and returns its object (the last share
 /// drops it once calls in progress return).
 pub(crate) fn remove<K: Kind>(handle: usize) -> FfiResult<Arc<K>> {

@@ -79,11 +79,7 @@ pub unsafe extern "C" fn engram_prefill_begin(
         }
         let prefill = inner.seq.prefill_detached(tokens, mask.as_deref())?;
         let handle = handles::fresh();
-        inner.prefill = Some(LivePrefill {
-            handle,
-            prefill,
-            upto: vec![0; obj.row_bytes.len()],
-        });
+        inner.prefill = Some(LivePrefill { handle, prefill });
         // Registered before the sequence's lock is released: an
         // `engram_seq_free` racing this call takes the lock after it and
         // so finds (and ends) the handle; registered after, the handle
@@ -150,7 +146,6 @@ pub unsafe extern "C" fn engram_prefill_wait(
             let view = live.prefill.wait(table as usize, upto)?;
             // SAFETY: forwarded from the caller's contract.
             unsafe { crate::rows::give(&view, rows) }?;
-            live.upto[table as usize] = upto;
             Ok(())
         })
     })
@@ -181,17 +176,15 @@ pub unsafe extern "C" fn engram_prefill_wait_into(
         let out = unsafe { slice_out(out.cast::<u8>(), out_len, "out") }?;
         obj.with(|live| {
             let t = table as usize;
-            // A wait the library will refuse (going back, past the prompt,
-            // wider than the ring) gets its error, not a size complaint.
-            let from = live.upto[t];
-            let fits = (from..=live.prefill.tokens()).contains(&upto)
-                && upto - from <= live.prefill.max_wait_tokens();
-            let need = obj.seq.rows_bytes(table, upto.saturating_sub(from))?;
-            if fits && out.len() < need {
+            // A wait the library will refuse gets its error, not a size
+            // complaint.
+            let need = obj
+                .seq
+                .rows_bytes(table, live.prefill.wait_tokens(t, upto)?)?;
+            if out.len() < need {
                 return Err(too_small(out.len(), need));
             }
             let view = live.prefill.wait(t, upto)?;
-            live.upto[t] = upto;
             // SAFETY: forwarded from the caller's contract.
             unsafe { copy_into(&view, out, written) }
         })
@@ -208,10 +201,9 @@ pub unsafe extern "C" fn engram_prefill_wait_into(
 #[no_mangle]
 pub unsafe extern "C" fn engram_prefill_end(pf: *mut engram_prefill) -> engram_status {
     call("engram_prefill_end", || {
-        if pf.is_null() {
+        let Some(obj) = handles::take::<PrefillObj, _>(pf)? else {
             return Ok(());
-        }
-        let obj: Arc<PrefillObj> = handles::remove(pf.addr())?;
+        };
         let mut inner = obj.seq.lock()?;
         if inner
             .prefill

@@ -55,8 +55,6 @@ pub struct engram_stall {
 pub(crate) struct LivePrefill {
     pub handle: usize,
     pub prefill: Prefill<'static>,
-    /// Per table: the `upto` of the last wait (start of the next rows).
-    pub upto: Vec<u32>,
 }
 
 pub(crate) struct SeqInner {
@@ -194,10 +192,9 @@ pub unsafe extern "C" fn engram_seq_new(
 #[no_mangle]
 pub unsafe extern "C" fn engram_seq_free(seq: *mut engram_seq) -> engram_status {
     call("engram_seq_free", || {
-        if seq.is_null() {
+        let Some(obj) = handles::take::<SeqObj, _>(seq)? else {
             return Ok(());
-        }
-        let obj: Arc<SeqObj> = handles::remove(seq.addr())?;
+        };
         let stats = match obj.lock_even_freed() {
             Ok(mut inner) => {
                 // Under the lock: a prefill_begin that already holds a

@@ -67,14 +67,8 @@ impl Prefill {
     /// array of shape (tokens, rows_per_token, 256) float32 (or
     /// (tokens, rows_per_token, row_bytes) uint8 for raw rows).
     fn wait<'py>(&self, py: Python<'py>, table: usize, upto: u32) -> PyResult<Bound<'py, PyAny>> {
-        let rows = py.detach(|| {
-            self.with(|live| {
-                let view = live.prefill.wait(table, upto)?;
-                let rows = OwnedRows::copy(&view)?;
-                live.upto[table] = upto;
-                Ok(rows)
-            })
-        })?;
+        let rows =
+            py.detach(|| self.with(|live| Ok(OwnedRows::copy(&live.prefill.wait(table, upto)?)?)))?;
         rows.into_array(py)
     }
 
@@ -97,14 +91,11 @@ impl Prefill {
             self.with(|live| {
                 // SAFETY: `_keep` is alive until this closure has returned.
                 let out = unsafe { buffer.bytes() };
-                // A wait the library will refuse (going back, past the
-                // prompt, wider than the ring) gets its error, not a size
+                // A wait the library will refuse gets its error, not a size
                 // complaint.
-                let from = live.upto[table];
-                let fits = (from..=live.prefill.tokens()).contains(&upto)
-                    && upto - from <= live.prefill.max_wait_tokens();
-                let need = self.shared.rows_bytes(table, upto.saturating_sub(from))?;
-                if fits && out.len() < need {
+                let tokens = live.prefill.wait_tokens(table, upto)?;
+                let need = self.shared.rows_bytes(table, tokens)?;
+                if out.len() < need {
                     return Err(Fail::Invalid(format!(
                         "out: {} bytes; the rows need {need} (nothing was consumed)",
                         out.len()
@@ -112,7 +103,6 @@ impl Prefill {
                 }
                 let view = live.prefill.wait(table, upto)?;
                 view.copy_to(&mut out[..need])?;
-                live.upto[table] = upto;
                 Ok(need)
             })
         })?;

@@ -23,8 +23,6 @@ pub(crate) struct LivePrefill {
     /// Which `Prefill` object owns it.
     pub id: u64,
     pub prefill: CorePrefill<'static>,
-    /// Per table: the `upto` of the last wait (start of the next rows).
-    pub upto: Vec<u32>,
 }
 
 /// A sequence and its live prefill, behind one lock.
@@ -191,11 +189,7 @@ impl Sequence {
             let prefill = inner.seq.prefill_detached(&tokens, mask.as_deref())?;
             let id = inner.next_prefill;
             inner.next_prefill += 1;
-            inner.prefill = Some(LivePrefill {
-                id,
-                prefill,
-                upto: vec![0; shared.row_bytes.len()],
-            });
+            inner.prefill = Some(LivePrefill { id, prefill });
             Ok(id)
         })?;
         Ok(Prefill::new(shared, id))

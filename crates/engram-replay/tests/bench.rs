@@ -221,15 +221,24 @@ fn the_cpu_model_computes_the_same_output_under_every_schedule() {
     }
 }
 
+/// `schedules` against the stand-in GPU at 2 us per prefill token and layer
+/// and 40 us per decode layer (43 layers),
+/// prefilled `ubatch` tokens at a time, without hints.
+fn stand_in(schedules: &str, ubatch: usize) -> BenchConfig {
+    BenchConfig {
+        compute: ComputeSpec::parse("gpu:custom:2,40").unwrap(),
+        ubatch,
+        schedules: ScheduleKind::parse_list(schedules).unwrap(),
+        hints: HintMode::None,
+        ..BenchConfig::default()
+    }
+}
+
 #[test]
 fn repeats_are_interleaved_and_summarized_with_ratios_within_each() {
     let config = BenchConfig {
-        compute: ComputeSpec::parse("gpu:custom:2,40").unwrap(),
-        ubatch: 128,
-        schedules: ScheduleKind::parse_list("ds4,overlap").unwrap(),
-        hints: HintMode::None,
         repeat: 3,
-        ..BenchConfig::default()
+        ..stand_in("ds4,overlap", 128)
     };
     let report = bench_config(&config, &[prompt_of(tokens())]);
     let p = &report.prompts[0];
@@ -265,12 +274,8 @@ fn a_known_device_gives_every_schedule_a_floor() {
     // 2,000 reads/s: the prompt's unique rows take far longer than the
     // stand-in's compute, so the floor is positive.
     let config = BenchConfig {
-        compute: ComputeSpec::parse("gpu:custom:2,40").unwrap(),
-        ubatch: 128,
-        schedules: ScheduleKind::parse_list("sync,overlap").unwrap(),
-        hints: HintMode::None,
         device: DeviceMode::Iops(2_000.0),
-        ..BenchConfig::default()
+        ..stand_in("sync,overlap", 128)
     };
     let report = bench_config(&config, &[prompt_of(tokens())]);
     assert_eq!(report.device.as_ref().unwrap().source, "given");
@@ -291,13 +296,7 @@ fn a_corpus_gives_one_result_per_prompt_and_geometric_means() {
     let half = all.len() / 2;
     let split = |t: &[u32]| Prompt::split("p", t.to_vec(), 200, 4).unwrap();
     let prompts = [split(&all[..half]), split(&all[half..])];
-    let config = BenchConfig {
-        compute: ComputeSpec::parse("gpu:custom:2,40").unwrap(),
-        ubatch: 100,
-        schedules: ScheduleKind::parse_list("sync,overlap").unwrap(),
-        hints: HintMode::None,
-        ..BenchConfig::default()
-    };
+    let config = stand_in("sync,overlap", 100);
     let report = bench_config(&config, &prompts);
     assert_eq!(report.prompts.len(), 2);
     let g = report

@@ -6,7 +6,6 @@
 //! prefill mid-way must return promptly.
 
 use std::path::Path;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use engram::codec::{Encoding, ROW_DIM};
@@ -14,6 +13,7 @@ use engram::hash::Hasher;
 use engram::io::IoConfig;
 use engram::layout::preset;
 use engram::model::{synth, Model, NoProgress};
+use engram::testing::within;
 use engram::Error;
 use engram_replay::schedule::{build, PrefillRun, Schedule, ScheduleKind, ScheduleSetup};
 
@@ -51,26 +51,6 @@ fn prompt(n: usize) -> Vec<u32> {
     (0..n as u32)
         .map(|i| (i * 7_919 + i / 5) % 60_000)
         .collect()
-}
-
-/// Runs `f` on a thread and fails the test if it takes longer than `limit`
-/// (a hang shows as a failure, not a stuck test run).
-fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(value) => {
-            handle.join().unwrap();
-            value
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(()) => unreachable!("the closure sent nothing and did not panic"),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {limit:?}"),
-    }
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -6,44 +6,32 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use engram::codec::{encode_row136, Encoding, ROW_DIM};
+use engram::splitmix::SplitMix64;
 use std::hint::black_box;
 
 /// Rows per batch: 1 MiB of row264 input, 4 MiB of f32 output.
 const ROWS: usize = 4096;
 
-/// SplitMix64: a small deterministic generator, so the bench needs no extra crate.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 /// Valid row264 rows shaped like real embeddings: random non-NaN codes and
 /// scales spread over 2^-22..2^6 (bytes 105..=133), so nothing overflows and every
 /// group has an E5M3 scale.
-fn row264_rows(rng: &mut SplitMix) -> Vec<u8> {
+fn row264_rows(rng: &mut SplitMix64) -> Vec<u8> {
     let mut rows = vec![0u8; ROWS * Encoding::E4m3E8m0Row264.row_bytes()];
     for row in rows.chunks_exact_mut(Encoding::E4m3E8m0Row264.row_bytes()) {
         let (codes, scales) = row.split_at_mut(ROW_DIM);
         for code in codes {
-            let byte = rng.next() as u8;
+            let byte = rng.next_u64() as u8;
             *code = if byte & 0x7f == 0x7f { byte ^ 1 } else { byte };
         }
         for scale in scales {
-            *scale = 105 + (rng.next() % 29) as u8;
+            *scale = 105 + (rng.next_u64() % 29) as u8;
         }
     }
     rows
 }
 
 fn bench_decode(c: &mut Criterion) {
-    let mut rng = SplitMix(0x5eed);
+    let mut rng = SplitMix64(0x5eed);
     let rows264 = row264_rows(&mut rng);
     let mut rows136 = vec![0u8; ROWS * Encoding::Lloyd4E5m3Row136.row_bytes()];
     for (src, dst) in rows264
@@ -85,7 +73,7 @@ fn bench_decode(c: &mut Criterion) {
 }
 
 fn bench_encode(c: &mut Criterion) {
-    let mut rng = SplitMix(0xe4c0de);
+    let mut rng = SplitMix64(0xe4c0de);
     let rows264 = row264_rows(&mut rng);
     let mut group = c.benchmark_group("encode");
     group.throughput(Throughput::Bytes(rows264.len() as u64));

@@ -16,7 +16,7 @@ use std::time::Instant;
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 
-use crate::io::{BatchStats, Priority, RowSource};
+use crate::io::{BatchStats, RowRequest, RowSource, TableShape};
 use crate::{Error, Result};
 
 /// Bytes an entry costs beyond its row bytes: the key, the `Arc` header and
@@ -149,32 +149,17 @@ impl<S: RowSource, T: Tier> RowSource for Tiered<S, T> {
         format!("{}({})", self.tier.label(), self.inner.name())
     }
 
-    fn tables(&self) -> usize {
-        self.inner.tables()
+    fn shapes(&self) -> &[TableShape] {
+        self.inner.shapes()
     }
 
-    fn table_rows(&self, table: usize) -> u64 {
-        self.inner.table_rows(table)
-    }
-
-    fn row_bytes(&self, table: usize) -> usize {
-        self.inner.row_bytes(table)
-    }
-
-    fn read_rows_at(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
         let tier = &self.tier;
+        let table = request.table;
         let through = read_through(
             &self.inner,
-            table,
-            rows,
+            request,
             out,
-            priority,
             |row| tier.held(table, row),
             |row, bytes| tier.fetched(table, row, bytes),
         )?;
@@ -239,14 +224,13 @@ pub(crate) struct ReadThrough {
 /// in request order.
 pub(crate) fn read_through<S: RowSource + ?Sized, R: AsRef<[u8]>>(
     inner: &S,
-    table: usize,
-    rows: &[u32],
+    request: RowRequest<'_>,
     out: &mut [u8],
-    priority: Priority,
     mut held: impl FnMut(u32) -> Option<R>,
     mut fetched: impl FnMut(u32, &[u8]),
 ) -> Result<ReadThrough> {
     let started = Instant::now();
+    let (table, rows) = (request.table, request.rows);
     let row_bytes = check_request(inner, table, rows, out)?;
     let mut order: Vec<usize> = (0..rows.len()).collect();
     order.sort_unstable_by_key(|&i| rows[i]);
@@ -264,7 +248,7 @@ pub(crate) fn read_through<S: RowSource + ?Sized, R: AsRef<[u8]>>(
     if !missing.is_empty() {
         let ids: Vec<u32> = missing.iter().map(|&(row, _)| row).collect();
         let mut buf = vec![0u8; ids.len() * row_bytes];
-        stats = inner.read_rows_at(table, &ids, &mut buf, priority)?;
+        stats = inner.read_rows_at(table, &ids, &mut buf, request.priority)?;
         for (k, &(row, positions)) in missing.iter().enumerate() {
             let bytes = &buf[k * row_bytes..(k + 1) * row_bytes];
             scatter_row(bytes, positions, row_bytes, out);

@@ -18,6 +18,9 @@ pub mod layout;
 pub mod model;
 pub mod open;
 pub mod prefetch;
+pub mod splitmix;
 pub mod stats;
+#[cfg(any(test, feature = "test_utils"))]
+pub mod testing;
 
 pub use error::{Error, ErrorKind, Result};

@@ -30,6 +30,21 @@ fn open(
     }
 }
 
+/// `table` opened with every backend's default configuration (those the
+/// kernel allows).
+fn each_backend(table: &engram::model::TableLocation) -> Vec<std::sync::Arc<dyn RowSource>> {
+    backends()
+        .into_iter()
+        .filter_map(|backend| {
+            let config = IoConfig {
+                backend,
+                ..IoConfig::default()
+            };
+            open(std::slice::from_ref(table), &config)
+        })
+        .collect()
+}
+
 fn configs() -> Vec<IoConfig> {
     let mut out = Vec::new();
     for backend in backends() {
@@ -104,14 +119,7 @@ fn all_backends_return_rows_in_request_order() {
 fn rows_sharing_a_page_are_one_read() {
     let dir = tempfile::tempdir().unwrap();
     let t = packed_table(dir.path(), "t.bin", 3, 64, 0, 0);
-    for backend in backends() {
-        let config = IoConfig {
-            backend,
-            ..IoConfig::default()
-        };
-        let Some(source) = open(std::slice::from_ref(&t), &config) else {
-            continue;
-        };
+    for source in each_backend(&t) {
         // Rows 0..=15 cover bytes 0..4224: every row shares a page with the
         // next, so the run is a single read.
         let ids: Vec<u32> = (0..16).rev().collect();
@@ -132,14 +140,7 @@ fn rows_sharing_a_page_are_one_read() {
 fn bad_requests_are_invalid_argument() {
     let dir = tempfile::tempdir().unwrap();
     let t = packed_table(dir.path(), "t.bin", 4, 10, 0, 0);
-    for backend in backends() {
-        let config = IoConfig {
-            backend,
-            ..IoConfig::default()
-        };
-        let Some(source) = open(std::slice::from_ref(&t), &config) else {
-            continue;
-        };
+    for source in each_backend(&t) {
         let mut out = vec![0u8; 2 * 264];
         let err = source.read_rows(0, &[3, 10], &mut out).unwrap_err();
         assert!(

@@ -8,8 +8,6 @@ use std::sync::Arc;
 use engram::cache::{CachedSource, RowCache};
 use engram::codec::Encoding;
 use engram::io::{open_source, Backend, IoConfig, RowSource};
-use engram::layout::{preset, preset_params, vendored_tokenizer_json};
-use engram::model::hf::HfConfig;
 use engram::model::synth::{self, SynthFormat};
 use engram::model::{Model, NoProgress};
 
@@ -19,25 +17,8 @@ const SCALE: u64 = 65536;
 const SEED: u64 = 5;
 
 fn synth_model(out: &Path, format: SynthFormat, encoding: Encoding) -> Model {
-    let layout = preset(PRESET, SCALE).unwrap();
-    let config = HfConfig {
-        params: preset_params(PRESET, SCALE).unwrap(),
-        num_embeddings: layout.tables.iter().map(|t| t.rows).collect(),
-        compressed_vocab_size: u64::from(layout.compressed_vocab_size),
-        vocab_size: Some(layout.token_map.len() as u64),
-    };
-    let tok = vendored_tokenizer_json().unwrap();
-    let path = synth::synth(
-        out,
-        format,
-        &layout,
-        &config,
-        &tok,
-        encoding,
-        SEED,
-        &NoProgress,
-    )
-    .unwrap();
+    let (path, _) =
+        synth::synth_preset(out, format, PRESET, SCALE, encoding, SEED, &NoProgress).unwrap();
     Model::open(path).unwrap()
 }
 

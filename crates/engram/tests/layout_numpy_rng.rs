@@ -46,24 +46,29 @@ fn seed_sequence_pool_and_state() {
     }
 }
 
-#[test]
-fn pcg64_raw_outputs() {
-    for case in cases("pcg64_raw") {
+/// Each case of `section`: PCG64 seeded from the case's seed gives the
+/// case's `key` list, one `next` call per value.
+fn check_outputs<T>(section: &str, key: &str, next: impl Fn(&mut Pcg64) -> T)
+where
+    T: std::str::FromStr + PartialEq + std::fmt::Debug,
+    T::Err: std::fmt::Debug,
+{
+    for case in cases(section) {
         let mut rng = Pcg64::from_seed_sequence(&SeedSequence::new(num(&case["seed"])));
-        let want: Vec<u64> = list(&case["u64"]);
-        let got: Vec<u64> = want.iter().map(|_| rng.next_u64()).collect();
-        assert_eq!(got, want, "seed {}", case["seed"]);
+        let want: Vec<T> = list(&case[key]);
+        let got: Vec<T> = want.iter().map(|_| next(&mut rng)).collect();
+        assert_eq!(got, want, "{section}: seed {}", case["seed"]);
     }
 }
 
 #[test]
+fn pcg64_raw_outputs() {
+    check_outputs("pcg64_raw", "u64", Pcg64::next_u64);
+}
+
+#[test]
 fn pcg64_next_u32_buffers_high_halves() {
-    for case in cases("pcg64_next_uint32") {
-        let mut rng = Pcg64::from_seed_sequence(&SeedSequence::new(num(&case["seed"])));
-        let want: Vec<u32> = list(&case["u32"]);
-        let got: Vec<u32> = want.iter().map(|_| rng.next_u32()).collect();
-        assert_eq!(got, want, "seed {}", case["seed"]);
-    }
+    check_outputs("pcg64_next_uint32", "u32", Pcg64::next_u32);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use engram::codec::{encode_row136, Encoding, ROW_DIM};
-use engram::layout::{preset, preset_params, vendored_tokenizer_json};
+use engram::layout::{preset, preset_params};
 use engram::model::hf::HfConfig;
 use engram::model::synth::{self, SynthFormat};
 use engram::model::{convert, Model, ModelFormat, NoProgress};
@@ -15,25 +15,8 @@ const SCALE: u64 = 262_144;
 const SEED: u64 = 11;
 
 fn synth_model(out: &Path, format: SynthFormat, encoding: Encoding) -> std::path::PathBuf {
-    let layout = preset(PRESET, SCALE).unwrap();
-    let config = HfConfig {
-        params: preset_params(PRESET, SCALE).unwrap(),
-        num_embeddings: layout.tables.iter().map(|t| t.rows).collect(),
-        compressed_vocab_size: u64::from(layout.compressed_vocab_size),
-        vocab_size: Some(layout.token_map.len() as u64),
-    };
-    let tok = vendored_tokenizer_json().unwrap();
-    synth::synth(
-        out,
-        format,
-        &layout,
-        &config,
-        &tok,
-        encoding,
-        SEED,
-        &NoProgress,
-    )
-    .unwrap()
+    let made = synth::synth_preset(out, format, PRESET, SCALE, encoding, SEED, &NoProgress);
+    made.unwrap().0
 }
 
 /// Every row of every table equals the generator's rows in `encoding`.

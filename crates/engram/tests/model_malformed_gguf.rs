@@ -4,12 +4,12 @@
 
 mod model_support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use engram::codec::Encoding;
 use engram::model::gguf::{self, Array, GgufWriter, TensorDecl, Value};
 use engram::model::{synth, Model, NoProgress};
-use engram::Error;
+use model_support::assert_format;
 
 struct Good {
     _dir: tempfile::TempDir,
@@ -38,33 +38,12 @@ fn open_bytes(g: &Good, name: &str, bytes: &[u8]) -> (PathBuf, engram::Result<Mo
     (path, r)
 }
 
-/// Asserts a format error on `path` whose field contains `field`.
-fn assert_format(path: &Path, r: engram::Result<Model>, field: &str) {
-    match r {
-        Err(Error::Format {
-            file,
-            field: f,
-            reason,
-        }) => {
-            assert_eq!(file, path, "error names the file");
-            assert!(
-                f.contains(field),
-                "field {f:?} (reason {reason:?}) should name {field:?}"
-            );
-            assert!(!reason.is_empty());
-            eprintln!("{name}: {f}: {reason}", name = path.display());
-        }
-        Err(other) => panic!("expected a format error on {field}, got {other}"),
-        Ok(_) => panic!("malformed file ({field}) was accepted"),
-    }
-}
-
 /// Byte-level mutation: apply `f` to a copy of the good bytes.
 fn mutate_bytes(g: &Good, name: &str, field: &str, f: impl FnOnce(&mut Vec<u8>)) {
     let mut b = g.bytes.clone();
     f(&mut b);
     let (path, r) = open_bytes(g, name, &b);
-    assert_format(&path, r, field);
+    assert_format(r, &path, field);
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> usize {
@@ -215,7 +194,7 @@ fn mutate_header(
     let mut w = GgufWriter::create(&path, &meta, decls).unwrap();
     w.write(&vec![0u8; total as usize]).unwrap();
     w.finish().unwrap();
-    assert_format(&path, Model::open(&path), field);
+    assert_format(Model::open(&path), &path, field);
 }
 
 fn set(meta: &mut [(String, Value)], key: &str, v: Value) {

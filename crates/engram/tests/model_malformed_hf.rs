@@ -2,14 +2,16 @@
 //! given one named mutation each, must be refused with an error naming the
 //! file and the field (never a panic, never a huge allocation).
 
+mod model_support;
+
 use std::path::{Path, PathBuf};
 
 use engram::codec::Encoding;
-use engram::layout::{preset, preset_params, vendored_tokenizer_json};
-use engram::model::hf::{self, HfConfig};
+use engram::model::hf;
 use engram::model::synth::{self, SynthFormat};
 use engram::model::{Model, NoProgress};
 use engram::Error;
+use model_support::assert_format;
 use serde_json::Value;
 
 const SCALE: u64 = 262_144;
@@ -22,22 +24,14 @@ struct Good {
 fn good() -> Good {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("good");
-    let name = "deepseek-v4.1-flash";
-    let layout = preset(name, SCALE).unwrap();
-    let config = HfConfig {
-        params: preset_params(name, SCALE).unwrap(),
-        num_embeddings: layout.tables.iter().map(|t| t.rows).collect(),
-        compressed_vocab_size: u64::from(layout.compressed_vocab_size),
-        vocab_size: Some(layout.token_map.len() as u64),
-    };
-    let tok = vendored_tokenizer_json().unwrap();
-    synth::synth(
+    let preset = "deepseek-v4.1-flash";
+    let encoding = Encoding::E4m3E8m0Row264;
+    synth::synth_preset(
         &dir,
         SynthFormat::Hf,
-        &layout,
-        &config,
-        &tok,
-        Encoding::E4m3E8m0Row264,
+        preset,
+        SCALE,
+        encoding,
         1,
         &NoProgress,
     )
@@ -54,25 +48,6 @@ fn copy(g: &Good, name: &str) -> PathBuf {
         std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
     }
     dst
-}
-
-fn assert_format(r: engram::Result<Model>, file: &Path, field: &str) {
-    match r {
-        Err(Error::Format {
-            file: f,
-            field: fd,
-            reason,
-        }) => {
-            assert_eq!(f, file, "error names the file ({fd}: {reason})");
-            assert!(
-                fd.contains(field),
-                "field {fd:?} ({reason}) should name {field:?}"
-            );
-            eprintln!("{}: {fd}: {reason}", f.display());
-        }
-        Err(other) => panic!("expected a format error on {field}, got {other}"),
-        Ok(_) => panic!("malformed checkpoint ({field}) was accepted"),
-    }
 }
 
 /// Edits config.json as JSON.

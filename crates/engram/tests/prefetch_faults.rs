@@ -18,14 +18,7 @@ fn prompt(n: usize) -> Vec<u32> {
 }
 
 fn overlap_config() -> PrefetchConfig {
-    PrefetchConfig {
-        chunk_tokens: 16,
-        first_chunk_tokens: 4,
-        read_batch_tokens: 8,
-        ring_chunks: 2,
-        overlap_threshold: 0,
-        ..PrefetchConfig::default()
-    }
+    engram::testing::small_prefetch()
 }
 
 /// The first token of `table` whose rows include `row`, and `row`.

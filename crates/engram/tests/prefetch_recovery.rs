@@ -94,6 +94,19 @@ fn decode(seq: &mut Sequence, model: &Model, retry: bool) -> Outcome {
     out
 }
 
+/// [`decode`] (with `retry`) on a fresh engine over a source with one
+/// `EIO` in `table`, under the timeout; the `EIO` must have been injected.
+fn decode_with_one_eio(table: usize, prefetch: bool, retry: bool) -> Outcome {
+    let (_dir, model, source) = with_one_eio(table);
+    let engine = Engine::for_model(&model, source.clone(), config(prefetch)).unwrap();
+    let outcome = within(LIMIT, move || {
+        let mut seq = engine.sequence();
+        decode(&mut seq, &model, retry)
+    });
+    assert_eq!(source.eio_injected(), 1);
+    outcome
+}
+
 #[test]
 fn decode_over_a_file_truncated_in_table_1_fails_only_the_steps_that_need_lost_rows() {
     for prefetch in [true, false] {
@@ -139,13 +152,7 @@ fn decode_over_a_file_truncated_in_table_1_fails_only_the_steps_that_need_lost_r
 fn a_transient_eio_on_each_table_fails_one_step_and_the_next_reads_afresh() {
     for prefetch in [true, false] {
         for table in 0..2 {
-            let (_dir, model, source) = with_one_eio(table);
-            let engine = Engine::for_model(&model, source.clone(), config(prefetch)).unwrap();
-            let outcome = within(LIMIT, move || {
-                let mut seq = engine.sequence();
-                decode(&mut seq, &model, false)
-            });
-            assert_eq!(source.eio_injected(), 1);
+            let outcome = decode_with_one_eio(table, prefetch, false);
             assert_eq!(
                 outcome.failed[table],
                 [0],
@@ -159,13 +166,7 @@ fn a_transient_eio_on_each_table_fails_one_step_and_the_next_reads_afresh() {
 #[test]
 fn without_prefetch_a_failed_wait_can_be_repeated_and_reads_again() {
     for table in 0..2 {
-        let (_dir, model, source) = with_one_eio(table);
-        let engine = Engine::for_model(&model, source.clone(), config(false)).unwrap();
-        let outcome = within(LIMIT, move || {
-            let mut seq = engine.sequence();
-            decode(&mut seq, &model, true)
-        });
-        assert_eq!(source.eio_injected(), 1);
+        let outcome = decode_with_one_eio(table, false, true);
         assert!(
             outcome.failed.iter().all(Vec::is_empty),
             "the repeated wait read the rows: {outcome:?}"

@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 
 use engram::cache::{CachedSource, RowCache};
 use engram::io::fault::{FaultPlan, FaultSource};
-use engram::io::{BatchStats, IoConfig, Priority, RowSource};
+use engram::io::{BatchStats, IoConfig, RowRequest, RowSource, TableShape};
 use engram::model::Model;
 use engram::prefetch::{Engine, PrefetchConfig, Sequence};
+use engram::splitmix::SplitMix64;
 use engram::Result;
 use prefetch_util::{write_file_model, VOCAB};
 
@@ -25,22 +26,6 @@ const SEQUENCES: usize = 8;
 const COLS: usize = 4;
 /// A call blocked this long (no progress anywhere) counts as a hang.
 const HANG: Duration = Duration::from_secs(60);
-
-/// A small deterministic generator (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Routes one call in ten to the truncated copy, the rest to the
 /// faulty whole file; counts calls and the errors they returned.
@@ -55,29 +40,17 @@ impl RowSource for Mixed {
     fn name(&self) -> String {
         "mixed".into()
     }
-    fn tables(&self) -> usize {
-        self.whole.tables()
+    fn shapes(&self) -> &[TableShape] {
+        self.whole.shapes()
     }
-    fn table_rows(&self, table: usize) -> u64 {
-        self.whole.table_rows(table)
-    }
-    fn row_bytes(&self, table: usize) -> usize {
-        self.whole.row_bytes(table)
-    }
-    fn read_rows_at(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
         let source = if n % 10 == 3 {
             &self.truncated
         } else {
             &self.whole
         };
-        let result = source.read_rows_at(table, rows, out, priority);
+        let result = source.read(request, out);
         if result.is_err() {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -129,7 +102,7 @@ fn threads_now() -> usize {
 /// One sequence's loop until `deadline`: a prefill (waits on both tables,
 /// in steps), then decode steps with hints and an occasional rollback.
 fn drive(seq: &mut Sequence, model: &Model, counts: &Counts, seed: u64, deadline: Instant) {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     while Instant::now() < deadline {
         let n = 8 + rng.below(150) as usize;
         let prompt: Vec<u32> = (0..n).map(|_| rng.below(u64::from(VOCAB)) as u32).collect();
@@ -237,15 +210,10 @@ fn soak_eight_sequences_under_random_faults() {
     ));
     let threads_before = threads_now();
     let config = PrefetchConfig {
-        chunk_tokens: 16,
-        first_chunk_tokens: 4,
-        read_batch_tokens: 8,
-        ring_chunks: 2,
-        overlap_threshold: 0,
         lookup_hints: true,
         workers: 3,
         decode_workers: 2,
-        ..PrefetchConfig::default()
+        ..engram::testing::small_prefetch()
     };
     let engine = Engine::for_model(&model, cached.clone(), config).unwrap();
     let counts = Counts::default();

@@ -13,6 +13,7 @@ use engram::hash::Hasher;
 use engram::io::{cachectl, open_source, stats::latency_histogram, Backend, IoConfig, RowSource};
 use engram::layout::{encode, vendored_tokenizer};
 use engram::model::{Model, TableLocation};
+use engram::splitmix::SplitMix64;
 use engram::{Error, Result};
 use serde::Serialize;
 
@@ -128,7 +129,7 @@ pub fn run(args: &IobenchArgs) -> Result<()> {
     );
     let text = prefill_text(args.text.as_deref())?;
     let prefill_ids = prefill_rows(&model, args.table, &text)?;
-    let mut rng = SplitMix(args.seed);
+    let mut rng = SplitMix64(args.seed);
     let bench = Bench {
         source: RefCell::new(Some(source)),
         tables: &model.tables,
@@ -246,19 +247,16 @@ impl Bench<'_> {
         Ok(())
     }
 
-    fn singles(&self, n: usize, rng: &mut SplitMix) -> Result<SingleReport> {
+    fn singles(&self, n: usize, rng: &mut SplitMix64) -> Result<SingleReport> {
         let source = self.prepare()?;
         eprintln!("iobench: {n} single-row reads ...");
-        let mut times = Vec::with_capacity(n);
-        let mut out = Vec::new();
-        for _ in 0..n {
-            let table = rng.below(source.tables() as u64) as usize;
-            let row = rng.below(source.table_rows(table)) as u32;
-            out.resize(source.row_bytes(table), 0);
-            let started = Instant::now();
-            source.read_rows(table, &[row], &mut out)?;
-            times.push(started.elapsed().as_nanos() as u64);
-        }
+        let reads: Vec<(usize, Vec<u32>)> = (0..n)
+            .map(|_| {
+                let table = rng.below(source.tables() as u64) as usize;
+                (table, vec![rng.below(source.table_rows(table)) as u32])
+            })
+            .collect();
+        let times = time_reads(source.as_ref(), &reads)?;
         let h = latency_histogram(&times);
         Ok(SingleReport {
             rows: n,
@@ -267,22 +265,20 @@ impl Bench<'_> {
         })
     }
 
-    fn decode_batches(&self, n: usize, rng: &mut SplitMix) -> Result<DecodeReport> {
+    fn decode_batches(&self, n: usize, rng: &mut SplitMix64) -> Result<DecodeReport> {
         let source = self.prepare()?;
         eprintln!("iobench: {n} decode batches of {ROWS_PER_DECODE_BATCH} rows ...");
-        let mut times = Vec::with_capacity(n);
-        let mut out = Vec::new();
-        for b in 0..n {
-            let table = b % source.tables();
-            let rows = source.table_rows(table);
-            let ids: Vec<u32> = (0..ROWS_PER_DECODE_BATCH)
-                .map(|_| rng.below(rows) as u32)
-                .collect();
-            out.resize(ids.len() * source.row_bytes(table), 0);
-            let started = Instant::now();
-            source.read_rows(table, &ids, &mut out)?;
-            times.push(started.elapsed().as_nanos() as u64);
-        }
+        let reads: Vec<(usize, Vec<u32>)> = (0..n)
+            .map(|b| {
+                let table = b % source.tables();
+                let rows = source.table_rows(table);
+                let ids = (0..ROWS_PER_DECODE_BATCH)
+                    .map(|_| rng.below(rows) as u32)
+                    .collect();
+                (table, ids)
+            })
+            .collect();
+        let times = time_reads(source.as_ref(), &reads)?;
         let h = latency_histogram(&times);
         let mean = times.iter().sum::<u64>() as f64 / times.len().max(1) as f64;
         Ok(DecodeReport {
@@ -327,6 +323,20 @@ impl Bench<'_> {
     }
 }
 
+/// Each of `reads` (table, row ids) in turn, timed alone: nanoseconds per
+/// read. The requests are drawn beforehand so only the reads are timed.
+fn time_reads(source: &dyn RowSource, reads: &[(usize, Vec<u32>)]) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    let mut times = Vec::with_capacity(reads.len());
+    for (table, ids) in reads {
+        out.resize(ids.len() * source.row_bytes(*table), 0);
+        let started = Instant::now();
+        source.read_rows(*table, ids, &mut out)?;
+        times.push(started.elapsed().as_nanos() as u64);
+    }
+    Ok(times)
+}
+
 fn us(ns: u64) -> f64 {
     round2(ns as f64 / 1000.0)
 }
@@ -361,22 +371,4 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
         p.tokens, p.rows, p.unique_rows, p.seconds, p.unique_rows_per_s
     ));
     Ok(())
-}
-
-/// splitmix64: reproducible random rows from `--seed`.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`; bias below 2^-30 for tables < 2^34 rows).
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n.max(1))) >> 64) as u64
-    }
 }

@@ -1,5 +1,7 @@
 //! Helpers the command-line tests share: running the binary and building a
 //! small synthetic model with it.
+// Not every test binary that includes this module uses every helper.
+#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -34,3 +36,17 @@ pub fn synth_model(dir: &Path, scale: u64) -> String {
     assert!(o.status.success(), "synth: {}", stderr(&o));
     out.join("model.gguf").to_string_lossy().into_owned()
 }
+
+/// The fields of a layout's JSON (`engram layout --json`, and `layout` in
+/// `engram inspect --json`), in their documented order.
+pub const LAYOUT_KEYS: [&str; 9] = [
+    "layer_ids",
+    "max_ngram_size",
+    "n_heads",
+    "vocab_size",
+    "compressed_vocab_size",
+    "pad_compressed_id",
+    "rows",
+    "primes",
+    "multipliers",
+];

@@ -10,6 +10,10 @@ use engram::layout::preset;
 use engram::model::{synth, NoProgress};
 use engram_ffi::*;
 
+// Not every test binary that includes this module waits on a thread.
+#[allow(unused_imports)]
+pub use engram::testing::within;
+
 /// Writes a synthetic V4.1-Flash model with the engram vocab divided by
 /// `scale` into `dir`.
 pub fn write_model(dir: &Path, scale: u64) -> PathBuf {
@@ -43,29 +47,4 @@ pub fn expect(status: engram_status, want: engram_status, needle: &str) {
 pub fn ok(status: engram_status) {
     assert_eq!(status, engram_status::ENGRAM_OK, "{}", last_error());
     assert_eq!(last_error(), "", "success leaves no message");
-}
-
-/// Runs `f` on a thread and fails the test if it does not finish within
-/// `limit`: a C call that blocks for ever is a failure, not a stuck suite.
-pub fn within<T: Send + 'static>(
-    limit: std::time::Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => {
-            handle.join().unwrap();
-            v
-        }
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => unreachable!("sender dropped without sending"),
-        },
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            panic!("timed out after {limit:?}: a call never returned")
-        }
-    }
 }

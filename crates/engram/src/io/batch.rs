@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::files::{TableFiles, TableSpec};
 use super::plan::{self, PlanLimits, ReadOp, Request, SubBatch};
-use super::{BatchStats, IoConfig, Priority, RowSource, PAGE};
+use super::{BatchStats, IoConfig, Priority, RowRequest, RowSource, TableShape, PAGE};
 use crate::{Error, Result};
 
 /// A failed read: which one and why.
@@ -31,6 +31,33 @@ pub struct Completed {
     pub latencies_ns: Vec<u64>,
     /// The first failed read, if any (later reads may have been skipped).
     pub failure: Option<OpError>,
+}
+
+impl Completed {
+    /// Done without a queued read (nothing to read, a list refused, or rows
+    /// read inline): `buf` handed back, no latencies, `error` charged to
+    /// the first read if any.
+    pub fn immediate(buf: BounceBuf, error: Option<io::Error>) -> Completed {
+        Completed {
+            buf: Some(buf),
+            latencies_ns: Vec::new(),
+            failure: error.map(|error| OpError { op: 0, error }),
+        }
+    }
+}
+
+/// What an engine's `submit` does before it queues anything: an empty list
+/// is done at once and a list that does not fit `buf` ([`plan::check_ops`])
+/// fails at once (both `Err`, the answer to return); otherwise `buf` comes
+/// back to be read into.
+pub fn check_submission(ops: &[ReadOp], buf: BounceBuf) -> std::result::Result<BounceBuf, Pending> {
+    if ops.is_empty() {
+        return Err(Pending::ready(Completed::immediate(buf, None)));
+    }
+    match plan::check_ops(ops, buf.len()) {
+        Ok(()) => Ok(buf),
+        Err(error) => Err(Pending::ready(Completed::immediate(buf, Some(error)))),
+    }
 }
 
 /// Reads in progress; [`Pending::wait`] blocks until they are done.
@@ -90,6 +117,8 @@ pub struct BatchSource<E> {
     // the descriptors it reads are still open.
     engine: E,
     files: Arc<TableFiles>,
+    /// The tables' shapes, as [`RowSource::shapes`] answers them.
+    shapes: Vec<TableShape>,
     limits: PlanLimits,
     /// Bounce buffers kept for reuse: a fresh allocation costs a page fault
     /// per page on first touch (inside the read syscall for direct I/O),
@@ -110,8 +139,17 @@ impl<E: ReadEngine> BatchSource<E> {
             // Two sub-batches are in flight at once.
             max_batch: (config.max_batch_bytes / 2).max(config.max_read_bytes),
         };
+        let shapes = files
+            .tables
+            .iter()
+            .map(|t| TableShape {
+                rows: t.rows,
+                row_bytes: t.row_bytes,
+            })
+            .collect();
         BatchSource {
             files,
+            shapes,
             engine,
             limits,
             spare: Mutex::new(Vec::new()),
@@ -153,12 +191,7 @@ impl<E: ReadEngine> BatchSource<E> {
                 self.return_buffer(buf);
                 return Err(Error::NotResident { table: spec_table });
             }
-            let done = Completed {
-                buf: Some(buf),
-                latencies_ns: Vec::new(),
-                failure: None,
-            };
-            return Ok((batch, Pending::ready(done)));
+            return Ok((batch, Pending::ready(Completed::immediate(buf, None))));
         }
         let pending = self.engine.submit(batch.ops.clone(), buf, priority);
         Ok((batch, pending))
@@ -258,25 +291,16 @@ impl<E: ReadEngine> RowSource for BatchSource<E> {
         name
     }
 
-    fn tables(&self) -> usize {
-        self.files.tables.len()
+    fn shapes(&self) -> &[TableShape] {
+        &self.shapes
     }
 
-    fn table_rows(&self, table: usize) -> u64 {
-        self.files.tables.get(table).map_or(0, |t| t.rows)
-    }
-
-    fn row_bytes(&self, table: usize) -> usize {
-        self.files.tables.get(table).map_or(0, |t| t.row_bytes)
-    }
-
-    fn read_rows_at(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
+        let RowRequest {
+            table,
+            rows,
+            priority,
+        } = request;
         let started = Instant::now();
         let spec = self.spec(table)?;
         check_out_len(table, rows.len(), spec.row_bytes, out.len())?;

@@ -15,8 +15,9 @@ use std::time::Duration;
 use super::batch::BatchSource;
 use super::files::{PositionalRead, TableFiles};
 use super::psync::PsyncEngine;
-use super::{BatchStats, IoConfig, Priority, RowSource};
+use super::{BatchStats, IoConfig, RowRequest, RowSource, TableShape};
 use crate::model::TableLocation;
+use crate::splitmix::mix;
 use crate::{Error, Result};
 
 /// Which faults to inject. Read numbers count every `pread` of the source
@@ -60,14 +61,6 @@ impl FaultState {
         self.eio_count.fetch_add(1, Ordering::SeqCst);
         Err(io::Error::from_raw_os_error(libc::EIO))
     }
-}
-
-/// SplitMix64's finalizer: a well-spread hash of `x`.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 /// A file that injects the faults of its [`FaultState`].
@@ -176,22 +169,10 @@ impl RowSource for FaultSource {
     fn name(&self) -> String {
         format!("fault({})", self.inner.name())
     }
-    fn tables(&self) -> usize {
-        self.inner.tables()
+    fn shapes(&self) -> &[TableShape] {
+        self.inner.shapes()
     }
-    fn table_rows(&self, table: usize) -> u64 {
-        self.inner.table_rows(table)
-    }
-    fn row_bytes(&self, table: usize) -> usize {
-        self.inner.row_bytes(table)
-    }
-    fn read_rows_at(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
-        self.inner.read_rows_at(table, rows, out, priority)
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
+        self.inner.read(request, out)
     }
 }

@@ -61,37 +61,80 @@ pub enum Priority {
     Resident,
 }
 
+/// One table as a source serves it: how many rows, how many bytes each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableShape {
+    /// Rows in the table (valid row ids are `0..rows`; ids are `u32`, as the
+    /// hash produces them: Engram tables have well under 2^32 rows).
+    pub rows: u64,
+    /// Bytes per delivered row (for split tables: values + scales).
+    pub row_bytes: usize,
+}
+
+/// One read asked of a [`RowSource`]: which rows of which table, and how
+/// urgently.
+#[derive(Debug, Clone, Copy)]
+pub struct RowRequest<'a> {
+    /// The table read.
+    pub table: usize,
+    /// Row ids, in the order their bytes are delivered; they may repeat and
+    /// come in any order.
+    pub rows: &'a [u32],
+    /// How urgently the rows are needed.
+    pub priority: Priority,
+}
+
 /// A source of Engram rows: one or more tables of fixed-size rows.
 ///
 /// Object safe, `Send + Sync`: a scheduler calls [`RowSource::read_rows`]
-/// concurrently from one thread per table.
+/// concurrently from one thread per table. An implementation says three
+/// things (its name, its tables' shapes, how it reads a request), so a
+/// wrapper forwards three methods; the rest is derived from them.
 pub trait RowSource: Send + Sync {
     /// A short name of the backend (`psync`, `uring`, `mmap`, `cached(..)`).
     fn name(&self) -> String;
 
-    /// Number of tables.
-    fn tables(&self) -> usize;
+    /// Each table's shape, indexed by table.
+    fn shapes(&self) -> &[TableShape];
 
-    /// Rows in `table` (valid row ids are `0..table_rows`; ids are `u32`,
-    /// as the hash produces them: Engram tables have well under 2^32 rows).
-    fn table_rows(&self, table: usize) -> u64;
-
-    /// Bytes per delivered row of `table` (for split tables: values + scales).
-    fn row_bytes(&self, table: usize) -> usize;
-
-    /// Reads `rows` of `table` at `priority` into `out`, in request order:
-    /// row `rows[i]` lands at `out[i * row_bytes..(i + 1) * row_bytes]`.
-    /// Ids may repeat and come in any order. `out` must be exactly
+    /// Reads `request.rows` of `request.table` at `request.priority` into
+    /// `out`, in request order: row `rows[i]` lands at
+    /// `out[i * row_bytes..(i + 1) * row_bytes]`. `out` must be exactly
     /// `rows.len() * row_bytes` long. A row id outside the table is an
     /// [`Error::InvalidArgument`]; a failed read is an [`Error::RowRead`]
     /// naming the table, a row and the file offset.
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats>;
+
+    /// Number of tables.
+    fn tables(&self) -> usize {
+        self.shapes().len()
+    }
+
+    /// Rows in `table` (0 for a table that does not exist).
+    fn table_rows(&self, table: usize) -> u64 {
+        self.shapes().get(table).map_or(0, |s| s.rows)
+    }
+
+    /// Bytes per delivered row of `table` (0 for a table that does not exist).
+    fn row_bytes(&self, table: usize) -> usize {
+        self.shapes().get(table).map_or(0, |s| s.row_bytes)
+    }
+
+    /// [`RowSource::read`] with the request spelled out.
     fn read_rows_at(
         &self,
         table: usize,
         rows: &[u32],
         out: &mut [u8],
         priority: Priority,
-    ) -> Result<BatchStats>;
+    ) -> Result<BatchStats> {
+        let request = RowRequest {
+            table,
+            rows,
+            priority,
+        };
+        self.read(request, out)
+    }
 
     /// [`RowSource::read_rows_at`] at [`Priority::Demand`].
     fn read_rows(&self, table: usize, rows: &[u32], out: &mut [u8]) -> Result<BatchStats> {
@@ -103,23 +146,11 @@ impl<S: RowSource + ?Sized> RowSource for Arc<S> {
     fn name(&self) -> String {
         (**self).name()
     }
-    fn tables(&self) -> usize {
-        (**self).tables()
+    fn shapes(&self) -> &[TableShape] {
+        (**self).shapes()
     }
-    fn table_rows(&self, table: usize) -> u64 {
-        (**self).table_rows(table)
-    }
-    fn row_bytes(&self, table: usize) -> usize {
-        (**self).row_bytes(table)
-    }
-    fn read_rows_at(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
-        (**self).read_rows_at(table, rows, out, priority)
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
+        (**self).read(request, out)
     }
 }
 

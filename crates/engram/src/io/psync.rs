@@ -17,7 +17,9 @@ use std::time::Instant;
 
 use crossbeam_channel::{select, Receiver, Sender};
 
-use super::batch::{read_op_positional, BounceBuf, Completed, OpError, Pending, ReadEngine};
+use super::batch::{
+    check_submission, read_op_positional, BounceBuf, Completed, OpError, Pending, ReadEngine,
+};
 use super::files::PositionalRead;
 use super::plan::{check_ops, ReadOp};
 use super::Priority;
@@ -205,21 +207,11 @@ impl ReadEngine for PsyncEngine {
         })
     }
 
-    fn submit(&self, ops: Vec<ReadOp>, mut buf: BounceBuf, priority: Priority) -> Pending {
-        if ops.is_empty() {
-            return Pending::ready(Completed {
-                buf: Some(buf),
-                latencies_ns: Vec::new(),
-                failure: None,
-            });
-        }
-        if let Err(error) = check_ops(&ops, buf.len()) {
-            return Pending::ready(Completed {
-                buf: Some(buf),
-                latencies_ns: Vec::new(),
-                failure: Some(OpError { op: 0, error }),
-            });
-        }
+    fn submit(&self, ops: Vec<ReadOp>, buf: BounceBuf, priority: Priority) -> Pending {
+        let mut buf = match check_submission(&ops, buf) {
+            Ok(buf) => buf,
+            Err(answer) => return answer,
+        };
         let n = ops.len();
         let job = Arc::new(Job {
             ops,

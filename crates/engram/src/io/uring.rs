@@ -18,9 +18,11 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use io_uring::{opcode, types, IoUring};
 
-use super::batch::{eof_error, BounceBuf, Completed, OpError, Pending, ReadEngine};
+use super::batch::{
+    check_submission, eof_error, BounceBuf, Completed, OpError, Pending, ReadEngine,
+};
 use super::files::TableFiles;
-use super::plan::{check_ops, ReadOp};
+use super::plan::ReadOp;
 use super::{Priority, PAGE};
 use crate::{Error, Result};
 
@@ -178,32 +180,20 @@ impl ReadEngine for UringEngine {
         self.depth
     }
 
-    fn submit(&self, ops: Vec<ReadOp>, mut buf: BounceBuf, priority: Priority) -> Pending {
+    fn submit(&self, ops: Vec<ReadOp>, buf: BounceBuf, priority: Priority) -> Pending {
         // Resident reads never reach an engine (BatchSource serves them
         // inline); one that did is served as demand, not left unserved.
         let priority = match priority {
             Priority::Hint => Priority::Hint,
             Priority::Demand | Priority::Resident => Priority::Demand,
         };
-        let refuse = |buf: BounceBuf, error: io::Error| {
-            Pending::ready(Completed {
-                buf: Some(buf),
-                latencies_ns: Vec::new(),
-                failure: Some(OpError { op: 0, error }),
-            })
+        let mut buf = match check_submission(&ops, buf) {
+            Ok(buf) => buf,
+            Err(answer) => return answer,
         };
-        if ops.is_empty() {
-            return Pending::ready(Completed {
-                buf: Some(buf),
-                latencies_ns: Vec::new(),
-                failure: None,
-            });
-        }
-        if let Err(error) = check_ops(&ops, buf.len()) {
-            return refuse(buf, error);
-        }
         let Some(tx) = self.tx.as_ref() else {
-            return refuse(buf, io::Error::other("io_uring engine shut down"));
+            let error = io::Error::other("io_uring engine shut down");
+            return Pending::ready(Completed::immediate(buf, Some(error)));
         };
         let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
         let base = buf.as_mut_ptr();
@@ -215,7 +205,8 @@ impl ReadEngine for UringEngine {
             reply: reply_tx,
         };
         if let Err(crossbeam_channel::SendError(sub)) = tx.send(sub) {
-            return refuse(sub.buf, io::Error::other("io_uring thread is gone"));
+            let error = io::Error::other("io_uring thread is gone");
+            return Pending::ready(Completed::immediate(sub.buf, Some(error)));
         }
         Pending::new(move || {
             // The thread drops the reply sender only after replying, or with

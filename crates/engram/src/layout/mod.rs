@@ -245,18 +245,6 @@ impl LayoutParams {
                 ),
             ));
         }
-        if !(2..=MAX_NGRAM_SIZE).contains(&self.max_ngram_size) {
-            return Err(Error::layout(
-                "max_ngram_size",
-                format!("{} is outside 2..={MAX_NGRAM_SIZE}", self.max_ngram_size),
-            ));
-        }
-        if !(1..=MAX_HEADS).contains(&self.n_heads) {
-            return Err(Error::layout(
-                "n_heads",
-                format!("{} is outside 1..={MAX_HEADS}", self.n_heads),
-            ));
-        }
-        Ok(())
+        validate::check_hash_shape(self.max_ngram_size, self.n_heads)
     }
 }

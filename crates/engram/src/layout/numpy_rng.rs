@@ -177,6 +177,26 @@ pub struct Generator {
     bits: Pcg64,
 }
 
+/// Lemire's multiply-shift bounded draw in `0..=span`, rejecting the low
+/// products that would bias the result: one body for both output widths
+/// NumPy uses (`$word` outputs, their product in `$wide`).
+macro_rules! lemire {
+    ($(#[$doc:meta])* $name:ident, $word:ty, $wide:ty, $next:ident) => {
+        $(#[$doc])*
+        fn $name(&mut self, span: $word) -> $word {
+            let bound = span + 1;
+            let mut product = <$wide>::from(self.bits.$next()) * <$wide>::from(bound);
+            if (product as $word) < bound {
+                let threshold = bound.wrapping_neg() % bound;
+                while (product as $word) < threshold {
+                    product = <$wide>::from(self.bits.$next()) * <$wide>::from(bound);
+                }
+            }
+            (product >> <$word>::BITS) as $word
+        }
+    };
+}
+
 impl Generator {
     /// `numpy.random.default_rng(seed)` for a non-negative integer seed.
     pub fn default_rng(seed: u128) -> Self {
@@ -218,32 +238,14 @@ impl Generator {
         }
     }
 
-    /// Lemire's multiply-shift bounded draw on 32-bit outputs, rejecting the
-    /// low products that would bias the result.
-    fn lemire_u32(&mut self, span: u32) -> u32 {
-        let bound = span + 1;
-        let mut product = u64::from(self.bits.next_u32()) * u64::from(bound);
-        if (product as u32) < bound {
-            let threshold = bound.wrapping_neg() % bound;
-            while (product as u32) < threshold {
-                product = u64::from(self.bits.next_u32()) * u64::from(bound);
-            }
-        }
-        (product >> 32) as u32
-    }
-
-    /// Lemire's bounded draw on 64-bit outputs with a 128-bit product.
-    fn lemire_u64(&mut self, span: u64) -> u64 {
-        let bound = span + 1;
-        let mut product = u128::from(self.bits.next_u64()) * u128::from(bound);
-        if (product as u64) < bound {
-            let threshold = bound.wrapping_neg() % bound;
-            while (product as u64) < threshold {
-                product = u128::from(self.bits.next_u64()) * u128::from(bound);
-            }
-        }
-        (product >> 64) as u64
-    }
+    lemire!(
+        /// Lemire's bounded draw on 32-bit outputs.
+        lemire_u32, u32, u64, next_u32
+    );
+    lemire!(
+        /// Lemire's bounded draw on 64-bit outputs with a 128-bit product.
+        lemire_u64, u64, u128, next_u64
+    );
 }
 
 #[cfg(test)]

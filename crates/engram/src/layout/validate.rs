@@ -7,6 +7,24 @@ use crate::{Error, Result};
 /// Row ids are `u32`, so a table may hold at most 2^32 rows.
 const MAX_ROWS: u64 = 1 << 32;
 
+/// The n-gram size and head count every layout (and every set of
+/// parameters one is derived from) must stay within.
+pub(super) fn check_hash_shape(max_ngram_size: usize, n_heads: usize) -> Result<()> {
+    if !(2..=MAX_NGRAM_SIZE).contains(&max_ngram_size) {
+        return Err(Error::layout(
+            "max_ngram_size",
+            format!("{max_ngram_size} is outside 2..={MAX_NGRAM_SIZE}"),
+        ));
+    }
+    if !(1..=MAX_HEADS).contains(&n_heads) {
+        return Err(Error::layout(
+            "n_heads",
+            format!("{n_heads} is outside 1..={MAX_HEADS}"),
+        ));
+    }
+    Ok(())
+}
+
 impl Layout {
     /// Checks every invariant the hash relies on: shapes, primes, offsets,
     /// rows, odd multipliers that cannot overflow `i64` with any compressed
@@ -48,18 +66,7 @@ impl Layout {
     }
 
     fn validate_shape(&self) -> Result<()> {
-        if !(2..=MAX_NGRAM_SIZE).contains(&self.max_ngram_size) {
-            return Err(Error::layout(
-                "max_ngram_size",
-                format!("{} is outside 2..={MAX_NGRAM_SIZE}", self.max_ngram_size),
-            ));
-        }
-        if !(1..=MAX_HEADS).contains(&self.n_heads) {
-            return Err(Error::layout(
-                "n_heads",
-                format!("{} is outside 1..={MAX_HEADS}", self.n_heads),
-            ));
-        }
+        check_hash_shape(self.max_ngram_size, self.n_heads)?;
         if self.tables.is_empty() {
             return Err(Error::layout("tables", "there are none"));
         }

@@ -26,23 +26,28 @@ fn parent_of(path: &Path) -> &Path {
     }
 }
 
-fn hidden_prefix(path: &Path) -> String {
+/// Creates, with `make` (a file or a directory), a hidden temporary entry
+/// named after `path` beside it (`.NAME.XXXXXX.tmp`), so a crash leaves no
+/// half-written file under the final name; a failure names the directory.
+fn beside<T>(
+    path: &Path,
+    make: impl FnOnce(&tempfile::Builder, &Path) -> std::io::Result<T>,
+) -> Result<T> {
+    let dir = parent_of(path);
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    format!(".{name}.")
+    let prefix = format!(".{name}.");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    make(&builder, dir).map_err(|e| Error::io(dir, e))
 }
 
 impl TempFile {
     /// Creates a temporary file in `path`'s directory.
     pub fn create_for(path: &Path) -> Result<TempFile> {
-        let dir = parent_of(path);
-        let temp = tempfile::Builder::new()
-            .prefix(&hidden_prefix(path))
-            .suffix(".tmp")
-            .tempfile_in(dir)
-            .map_err(|e| Error::io(dir, e))?;
+        let temp = beside(path, |builder, dir| builder.tempfile_in(dir))?;
         Ok(TempFile {
             temp,
             path: path.to_path_buf(),
@@ -100,11 +105,7 @@ impl TempDir {
         }
         let parent = parent_of(path);
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-        let temp = tempfile::Builder::new()
-            .prefix(&hidden_prefix(path))
-            .suffix(".tmp")
-            .tempdir_in(parent)
-            .map_err(|e| Error::io(parent, e))?;
+        let temp = beside(path, |builder, dir| builder.tempdir_in(dir))?;
         Ok(TempDir {
             temp: Some(temp),
             path: path.to_path_buf(),

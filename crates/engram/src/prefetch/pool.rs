@@ -334,21 +334,38 @@ mod tests {
         })
     }
 
+    /// The probes' log and the gate of a task holding a pool's only
+    /// general thread.
+    struct Held {
+        log: mpsc::Sender<&'static str>,
+        seen: mpsc::Receiver<&'static str>,
+        /// Sending opens the gate.
+        open: mpsc::Sender<()>,
+    }
+
+    /// Occupies the only general thread of `shared` with a gated task of
+    /// `owner` and waits until it runs.
+    fn hold(shared: &PoolShared, owner: u64) -> Held {
+        let (log, seen) = mpsc::channel();
+        let (open, gate) = mpsc::channel();
+        shared.submit_demand(Box::new(Probe {
+            name: "gate",
+            owner,
+            log: log.clone(),
+            gate: Some(gate),
+        }));
+        let running = seen.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(running, "gate running");
+        Held { log, seen, open }
+    }
+
     #[test]
     fn hints_run_only_when_no_demand_is_queued() {
         let mut pool = Pool::start(1, 1, 8).unwrap();
         let shared = pool.shared();
-        let (log, seen) = mpsc::channel();
-        let (open, gate) = mpsc::channel();
         // Occupy the only general thread, then queue a hint before demand.
-        shared.submit_demand(Box::new(Probe {
-            name: "gate",
-            owner: 1,
-            log: log.clone(),
-            gate: Some(gate),
-        }));
+        let Held { log, seen, open } = hold(&shared, 1);
         let limit = Duration::from_secs(10);
-        assert_eq!(seen.recv_timeout(limit).unwrap(), "gate running");
         shared.submit_hint(probe("hint", &log));
         shared.submit_demand(probe("demand", &log));
         // A decode step is served by the decode thread meanwhile.
@@ -364,16 +381,8 @@ mod tests {
     fn shutdown_abandons_queued_work_and_joins() {
         let mut pool = Pool::start(1, 1, 1).unwrap();
         let shared = pool.shared();
-        let (log, seen) = mpsc::channel();
-        let (open, gate) = mpsc::channel();
-        shared.submit_demand(Box::new(Probe {
-            name: "gate",
-            owner: 2,
-            log: log.clone(),
-            gate: Some(gate),
-        }));
+        let Held { log, seen, open } = hold(&shared, 2);
         let limit = Duration::from_secs(10);
-        assert_eq!(seen.recv_timeout(limit).unwrap(), "gate running");
         shared.submit_demand(probe("queued", &log));
         // The hint bound is 1: the older hint is dropped (abandoned).
         shared.submit_hint(probe("old hint", &log));

@@ -262,14 +262,24 @@ mod tests {
 
     const LIMIT: Duration = Duration::from_secs(10);
 
+    /// A waiting thread and where its answer arrives.
+    type Waiter = (
+        std::thread::JoinHandle<()>,
+        mpsc::Receiver<Result<u32, Error>>,
+    );
+
+    /// `ready.wait(upto)` on a thread of its own.
+    fn spawn_wait(ready: &Arc<Ready>, upto: u32) -> Waiter {
+        let (tx, rx) = mpsc::channel();
+        let ready = ready.clone();
+        let waiter = std::thread::spawn(move || tx.send(ready.wait(upto)).unwrap());
+        (waiter, rx)
+    }
+
     #[test]
     fn wait_returns_once_published() {
         let ready = Arc::new(Ready::new());
-        let (tx, rx) = mpsc::channel();
-        let waiter = {
-            let ready = ready.clone();
-            std::thread::spawn(move || tx.send(ready.wait(5)).unwrap())
-        };
+        let (waiter, rx) = spawn_wait(&ready, 5);
         ready.publish(3);
         assert_eq!(ready.count(), 3);
         ready.publish(7);
@@ -283,11 +293,7 @@ mod tests {
     fn failure_reaches_waiter_with_row_and_offset() {
         let ready = Arc::new(Ready::new());
         ready.publish(4);
-        let (tx, rx) = mpsc::channel();
-        let waiter = {
-            let ready = ready.clone();
-            std::thread::spawn(move || tx.send(ready.wait(10)).unwrap())
-        };
+        let (waiter, rx) = spawn_wait(&ready, 10);
         ready.fail(Error::RowRead {
             table: 1,
             row: 42,
@@ -309,11 +315,7 @@ mod tests {
     #[test]
     fn cancel_ends_wait() {
         let ready = Arc::new(Ready::new());
-        let (tx, rx) = mpsc::channel();
-        let waiter = {
-            let ready = ready.clone();
-            std::thread::spawn(move || tx.send(ready.wait(1)).unwrap())
-        };
+        let (waiter, rx) = spawn_wait(&ready, 1);
         ready.cancel();
         assert!(matches!(
             rx.recv_timeout(LIMIT).unwrap(),

@@ -3,105 +3,54 @@
 //! table, drops return, and the engine's threads survive. Each test runs
 //! under a timeout so a hang fails it.
 
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Engine, PanicSite, PrefetchConfig};
-use crate::io::BatchStats;
+use super::{Engine, PanicSite};
 use crate::layout::Layout;
-use crate::prefetch::source::{Priority, RowSource};
-use crate::{Error, Result};
+use crate::testing::{row_bytes_of, small_prefetch, within, MemSource};
+use crate::Error;
 
 const LIMIT: Duration = Duration::from_secs(30);
 /// Token ids used (all inside the V4.1 vocabulary).
 const VOCAB: u32 = 5000;
-
-/// The tables of [`layout`] with 8-byte rows, each byte the low byte of the
-/// row id.
-struct Rows {
-    layout: Layout,
-}
-
-impl Rows {
-    fn new() -> Arc<Rows> {
-        Arc::new(Rows { layout: layout() })
-    }
-}
-
-impl RowSource for Rows {
-    fn name(&self) -> String {
-        "rows".into()
-    }
-    fn tables(&self) -> usize {
-        2
-    }
-    fn table_rows(&self, table: usize) -> u64 {
-        self.layout.tables[table].rows
-    }
-    fn row_bytes(&self, _table: usize) -> usize {
-        8
-    }
-    fn read_rows_at(
-        &self,
-        _table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        _priority: Priority,
-    ) -> Result<BatchStats> {
-        for (row, dst) in rows.iter().zip(out.chunks_exact_mut(8)) {
-            dst.fill(*row as u8);
-        }
-        Ok(BatchStats::default())
-    }
-}
 
 /// The V4.1-Flash layout at a small scale: a few thousand rows per table.
 fn layout() -> Layout {
     crate::layout::preset("deepseek-v4.1-flash", 65536).unwrap()
 }
 
-fn engine(source: &Arc<Rows>) -> Engine {
-    let config = PrefetchConfig {
-        chunk_tokens: 16,
-        first_chunk_tokens: 4,
-        read_batch_tokens: 8,
-        ring_chunks: 2,
-        overlap_threshold: 0,
-        ..PrefetchConfig::default()
-    };
-    Engine::new(source.clone(), source.layout.clone(), config).unwrap()
+/// An in-memory source of [`layout`]'s tables.
+fn source() -> Arc<MemSource> {
+    Arc::new(MemSource::for_layout(&layout()))
 }
 
-/// Runs `f` on a thread; a hang past the limit fails the test.
-fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(LIMIT) {
-        Ok(v) => {
-            handle.join().unwrap();
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(()) => unreachable!("sender dropped without sending"),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("timed out after {LIMIT:?}: a wait hung"),
-    }
+fn engine(source: &Arc<MemSource>) -> Engine {
+    Engine::new(source.clone(), layout(), small_prefetch()).unwrap()
 }
 
 fn internal(e: &Error, what: &str) -> bool {
     matches!(e, Error::Internal(m) if m.contains(what) && m.contains("panicked"))
 }
 
+/// Runs `body` on a fresh engine under the timeout; then checks that once
+/// the engine is dropped no reader task kept the source.
+fn on_fresh_engine(body: impl FnOnce(&Engine) + Send + 'static) {
+    let source = source();
+    let engine = engine(&source);
+    let engine = within(LIMIT, move || {
+        body(&engine);
+        engine
+    });
+    drop(engine);
+    assert_eq!(Arc::strong_count(&source), 1, "a task kept the source");
+}
+
 #[test]
 fn a_panic_in_a_prefill_task_ends_every_wait_and_the_drop() {
     for table in 0..2 {
-        let source = Rows::new();
-        let engine = engine(&source);
-        engine.inject_panic(PanicSite::Prefill, table, true);
-        let engine = within(move || {
+        on_fresh_engine(move |engine| {
+            engine.inject_panic(PanicSite::Prefill, table, true);
             let mut seq = engine.sequence();
             let prompt: Vec<u32> = (0..120).map(|i| i % VOCAB).collect();
             {
@@ -132,19 +81,14 @@ fn a_panic_in_a_prefill_task_ends_every_wait_and_the_drop() {
             seq.step_wait(0).unwrap();
             seq.step_wait(1).unwrap();
             drop(seq);
-            engine
         });
-        drop(engine);
-        assert_eq!(Arc::strong_count(&source), 1, "a task kept the source");
     }
 }
 
 #[test]
 fn a_panic_in_a_decode_task_ends_every_wait_and_later_steps_are_refused() {
     for table in 0..2 {
-        let source = Rows::new();
-        let engine = engine(&source);
-        let engine = within(move || {
+        on_fresh_engine(move |engine| {
             let mut seq = engine.sequence();
             seq.step_begin(1).unwrap();
             // Both tables: a table the consumer did not wait could still be
@@ -176,19 +120,14 @@ fn a_panic_in_a_decode_task_ends_every_wait_and_later_steps_are_refused() {
             fresh.step_begin(3).unwrap();
             fresh.step_wait(1).unwrap();
             drop(fresh);
-            engine
         });
-        drop(engine);
-        assert_eq!(Arc::strong_count(&source), 1, "a task kept the source");
     }
 }
 
 #[test]
 fn a_panic_in_a_hint_task_ends_nothing_else() {
-    let source = Rows::new();
-    let engine = engine(&source);
-    engine.inject_panic(PanicSite::Hint, 0, true);
-    let engine = within(move || {
+    on_fresh_engine(|engine| {
+        engine.inject_panic(PanicSite::Hint, 0, true);
         let mut seq = engine.sequence();
         for step in 0..20 {
             seq.hint(&[step % VOCAB, (step + 1) % VOCAB]).unwrap();
@@ -197,10 +136,7 @@ fn a_panic_in_a_hint_task_ends_nothing_else() {
             seq.step_wait(1).unwrap();
         }
         drop(seq);
-        engine
     });
-    drop(engine);
-    assert_eq!(Arc::strong_count(&source), 1);
 }
 
 #[test]
@@ -215,9 +151,9 @@ fn many_decode_steps_never_run_the_ready_count_up() {
     // An epoch per step: the count is 0 or 1 whatever the step number, so
     // a wait can never return before its rows are written once a running
     // count would have saturated.
-    let source = Rows::new();
+    let source = source();
     let engine = engine(&source);
-    within(move || {
+    within(LIMIT, move || {
         let mut seq = engine.sequence();
         for step in 0..3000u32 {
             let token = step % VOCAB;
@@ -225,7 +161,10 @@ fn many_decode_steps_never_run_the_ready_count_up() {
             seq.step_begin(token).unwrap();
             let rows = seq.step_wait(1).unwrap().to_vec();
             let cols = seq.rows_per_token();
-            let want: Vec<u8> = ids[cols..].iter().flat_map(|&r| [r as u8; 8]).collect();
+            let want: Vec<u8> = ids[cols..]
+                .iter()
+                .flat_map(|&r| row_bytes_of(1, u64::from(r)))
+                .collect();
             assert_eq!(rows, want, "step {step}");
             assert!(seq.steps.max_ready_count() <= 1);
         }

@@ -108,10 +108,5 @@ pub fn random_rows(seed: u64, rows: u64, n: usize) -> Vec<u32> {
 /// Runs `f` on a thread and fails the test if it takes longer than
 /// `seconds` (a hang), instead of hanging the suite.
 pub fn within<T: Send + 'static>(seconds: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(std::time::Duration::from_secs(seconds))
-        .expect("operation did not finish in time (hang) or panicked")
+    engram::testing::within(std::time::Duration::from_secs(seconds), f)
 }

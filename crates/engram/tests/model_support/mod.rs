@@ -4,7 +4,11 @@
 
 use std::sync::Arc;
 
+use std::path::Path;
+
 use engram::layout::{Layout, TableLayout};
+use engram::model::Model;
+use engram::Error;
 
 /// A table layout from primes (offsets are running sums).
 pub fn table(layer_id: u32, primes: &[u32], multipliers: &[u64]) -> TableLayout {
@@ -37,5 +41,27 @@ pub fn tiny_layout() -> Layout {
             table(1, &[1009, 1013, 1019, 1021], &[3, 5, 7]),
             table(5, &[1031, 1033, 1039, 1049], &[9, 11, 13]),
         ],
+    }
+}
+
+/// Asserts that opening a malformed model (`r`) failed with a format error
+/// naming `file` and a field containing `field`, with a reason.
+pub fn assert_format(r: engram::Result<Model>, file: &Path, field: &str) {
+    match r {
+        Err(Error::Format {
+            file: named,
+            field: f,
+            reason,
+        }) => {
+            assert_eq!(named, file, "error names the file ({f}: {reason})");
+            assert!(
+                f.contains(field),
+                "field {f:?} (reason {reason:?}) should name {field:?}"
+            );
+            assert!(!reason.is_empty());
+            eprintln!("{}: {f}: {reason}", file.display());
+        }
+        Err(other) => panic!("expected a format error on {field}, got {other}"),
+        Ok(_) => panic!("the malformed model ({field}) was accepted"),
     }
 }

@@ -1,17 +1,18 @@
-//! Shared helpers of the prefetch tests: a tiny layout and an in-memory row
-//! source with fault injection.
+//! Shared helpers of the prefetch tests: a tiny layout, the reference rows
+//! and model files; the in-memory row source with fault injection is
+//! `engram::testing::MemSource`.
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::sync::Arc;
 
 use engram::layout::{Layout, TableLayout};
-use engram::prefetch::source::{BatchStats, Priority, RowSource};
-use engram::{Error, Result};
+use engram::prefetch::source::RowSource;
+
+// Not every test binary that includes this module uses each of these.
+#[allow(unused_imports)]
+pub use engram::testing::{row_bytes_of, within, MemSource, ROW_BYTES};
 
 pub const VOCAB: u32 = 50;
-pub const ROW_BYTES: usize = 16;
 
 /// A 2-table layout, orders 2..=3, 2 heads: 4 rows per token.
 pub fn tiny_layout() -> Layout {
@@ -44,107 +45,6 @@ pub fn tiny_layout() -> Layout {
     }
 }
 
-/// The deterministic bytes of a row: any mix-up of table, row or position
-/// shows as a mismatch.
-pub fn row_bytes_of(table: usize, row: u64) -> [u8; ROW_BYTES] {
-    let mut out = [0u8; ROW_BYTES];
-    let mut x = (row + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((table as u64 + 1) << 56);
-    for b in &mut out {
-        x ^= x >> 29;
-        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        *b = (x >> 40) as u8;
-    }
-    out
-}
-
-/// An in-memory row source: rows computed by [`row_bytes_of`].
-#[derive(Default)]
-pub struct MemSource {
-    pub rows: Vec<u64>,
-    /// Fail every read that includes this (table, row).
-    pub fail_row: Option<(usize, u64)>,
-    /// Panic on every read that includes this (table, row).
-    pub panic_row: Option<(usize, u64)>,
-    /// Added latency per call.
-    pub delay: Option<Duration>,
-    pub calls: AtomicUsize,
-    pub hint_calls: AtomicUsize,
-}
-
-impl MemSource {
-    pub fn for_layout(layout: &Layout) -> MemSource {
-        MemSource {
-            rows: layout.tables.iter().map(|t| t.rows).collect(),
-            ..MemSource::default()
-        }
-    }
-}
-
-impl RowSource for MemSource {
-    fn name(&self) -> String {
-        "mem".into()
-    }
-    fn tables(&self) -> usize {
-        self.rows.len()
-    }
-    fn table_rows(&self, table: usize) -> u64 {
-        self.rows[table]
-    }
-    fn row_bytes(&self, _table: usize) -> usize {
-        ROW_BYTES
-    }
-    fn read_rows_at(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        if priority == Priority::Hint {
-            self.hint_calls.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(d) = self.delay {
-            std::thread::sleep(d); // stands in for device latency
-        }
-        assert_eq!(out.len(), rows.len() * ROW_BYTES, "caller sized out wrong");
-        for (row, dst) in rows
-            .iter()
-            .map(|&r| u64::from(r))
-            .zip(out.chunks_exact_mut(ROW_BYTES))
-        {
-            if row >= self.rows[table] {
-                return Err(Error::InvalidArgument(format!(
-                    "row {row} outside table {table}"
-                )));
-            }
-            if self.panic_row == Some((table, row)) {
-                panic!("injected panic at row {row}");
-            }
-            if self.fail_row == Some((table, row)) {
-                return Err(Error::RowRead {
-                    table,
-                    row,
-                    file: "mem.gguf".into(),
-                    offset: row * ROW_BYTES as u64,
-                    source: std::io::Error::from_raw_os_error(5),
-                });
-            }
-            dst.copy_from_slice(&row_bytes_of(table, row));
-        }
-        let mut unique = rows.to_vec();
-        unique.sort_unstable();
-        unique.dedup();
-        Ok(BatchStats {
-            rows_requested: rows.len() as u64,
-            rows_unique: unique.len() as u64,
-            reads_issued: unique.len() as u64,
-            bytes_read: (unique.len() * ROW_BYTES) as u64,
-            ..BatchStats::default()
-        })
-    }
-}
-
 /// The reference: rows of `ids` (`[token][table][col]`) for `table`, read
 /// one by one.
 pub fn reference(
@@ -163,31 +63,6 @@ pub fn reference(
         }
     }
     out
-}
-
-/// Runs `f` on a thread and fails the test if it does not finish in time
-/// (so a hang is a failure, not a stuck suite).
-pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    // Miri interprets about a thousand times slower than native code.
-    let limit = if cfg!(miri) { limit * 200 } else { limit };
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => {
-            handle.join().unwrap();
-            v
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            // The closure panicked: surface its panic.
-            match handle.join() {
-                Err(p) => std::panic::resume_unwind(p),
-                Ok(()) => unreachable!("sender dropped without sending"),
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("timed out after {limit:?}: a wait hung"),
-    }
 }
 
 pub fn source_arc(s: MemSource) -> (Arc<MemSource>, Arc<dyn RowSource>) {

@@ -7,6 +7,7 @@
 //! gets the same bits whatever chunking or sweep order the driver uses.
 
 use engram::codec::ROW_DIM;
+use engram::splitmix::{finalize, SplitMix64};
 
 use super::CpuShape;
 
@@ -27,37 +28,26 @@ pub(super) enum Stream {
     EngramConv,
 }
 
-/// A splitmix64 generator.
-pub(super) struct Rng(u64);
+/// A splitmix64 generator per weight stream.
+pub(super) struct Rng(SplitMix64);
 
 impl Rng {
     /// The generator of stream `kind` of layer (or token) `index`.
     pub(super) fn stream(seed: u64, kind: Stream, index: u64) -> Rng {
-        Rng(mix(seed ^ mix(((kind as u64) << 32) ^ mix(index))))
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix(self.0)
+        let state = finalize(seed ^ finalize(((kind as u64) << 32) ^ finalize(index)));
+        Rng(SplitMix64(state))
     }
 
     /// Uniform in [-1, 1): variance 1/3.
     pub(super) fn uniform(&mut self) -> f32 {
         // 24 bits fill an f32 mantissa exactly, so the value is exact.
-        (self.next_u64() >> 40) as f32 / (1u32 << 23) as f32 - 1.0
+        (self.0.next_u64() >> 40) as f32 / (1u32 << 23) as f32 - 1.0
     }
 
     /// `count` uniform values times `gain`.
     pub(super) fn fill(&mut self, count: usize, gain: f32) -> Vec<f32> {
         (0..count).map(|_| self.uniform() * gain).collect()
     }
-}
-
-/// The splitmix64 finalizer.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// A dense `rows x cols` matrix, row-major.

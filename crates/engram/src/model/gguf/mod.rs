@@ -33,60 +33,99 @@ pub const GGML_TYPE_I8: u32 = 24;
 /// Largest tensor rank accepted (ggml itself uses at most 4).
 pub const MAX_DIMS: u32 = 8;
 
-/// A GGUF metadata value type tag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum ValueType {
+/// The GGUF value types, written once: each type's name, tag, Rust type
+/// and description. From this list come [`ValueType`] (with
+/// [`ValueType::from_u32`]), [`Value`] (one value, with
+/// [`Value::value_type`]) and [`Array`] (homogeneous elements, with
+/// [`Array::len`] and [`Array::element_type`]).
+macro_rules! value_types {
+    ($($(#[$doc:meta])* $name:ident = $tag:literal: $ty:ty;)*) => {
+        /// A GGUF metadata value type tag.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(u32)]
+        pub enum ValueType {
+            $($(#[$doc])* $name = $tag,)*
+        }
+
+        impl ValueType {
+            /// Parses a type tag.
+            pub fn from_u32(tag: u32) -> Option<ValueType> {
+                match tag {
+                    $($tag => Some(ValueType::$name),)*
+                    _ => None,
+                }
+            }
+        }
+
+        /// One metadata value.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Value {
+            $($(#[$doc])* $name($ty),)*
+        }
+
+        impl Value {
+            /// The type tag of this value.
+            pub fn value_type(&self) -> ValueType {
+                match self {
+                    $(Value::$name(_) => ValueType::$name,)*
+                }
+            }
+        }
+
+        /// A homogeneous metadata array.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Array {
+            $(#[doc = concat!("`", stringify!($name), "` elements")] $name(Vec<$ty>),)*
+        }
+
+        impl Array {
+            /// Number of elements.
+            pub fn len(&self) -> usize {
+                match self {
+                    $(Array::$name(v) => v.len(),)*
+                }
+            }
+
+            /// The element type tag.
+            pub fn element_type(&self) -> ValueType {
+                match self {
+                    $(Array::$name(_) => ValueType::$name,)*
+                }
+            }
+        }
+    };
+}
+
+value_types! {
     /// u8
-    U8 = 0,
+    U8 = 0: u8;
     /// i8
-    I8 = 1,
+    I8 = 1: i8;
     /// u16
-    U16 = 2,
+    U16 = 2: u16;
     /// i16
-    I16 = 3,
+    I16 = 3: i16;
     /// u32
-    U32 = 4,
+    U32 = 4: u32;
     /// i32
-    I32 = 5,
+    I32 = 5: i32;
     /// f32
-    F32 = 6,
+    F32 = 6: f32;
     /// bool (one byte, 0 or 1)
-    Bool = 7,
+    Bool = 7: bool;
     /// string (u64 length + UTF-8 bytes)
-    String = 8,
+    String = 8: String;
     /// array (element type, u64 count, elements)
-    Array = 9,
+    Array = 9: Array;
     /// u64
-    U64 = 10,
+    U64 = 10: u64;
     /// i64
-    I64 = 11,
+    I64 = 11: i64;
     /// f64
-    F64 = 12,
+    F64 = 12: f64;
 }
 
 impl ValueType {
-    /// Parses a type tag.
-    pub fn from_u32(tag: u32) -> Option<ValueType> {
-        use ValueType::*;
-        Some(match tag {
-            0 => U8,
-            1 => I8,
-            2 => U16,
-            3 => I16,
-            4 => U32,
-            5 => I32,
-            6 => F32,
-            7 => Bool,
-            8 => String,
-            9 => Array,
-            10 => U64,
-            11 => I64,
-            12 => F64,
-            _ => return None,
-        })
-    }
-
     /// Encoded size of one value of a fixed-size type (`None` for strings and arrays).
     pub fn fixed_size(self) -> Option<u64> {
         use ValueType::*;
@@ -109,88 +148,7 @@ impl ValueType {
     }
 }
 
-/// One metadata value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    /// u8
-    U8(u8),
-    /// i8
-    I8(i8),
-    /// u16
-    U16(u16),
-    /// i16
-    I16(i16),
-    /// u32
-    U32(u32),
-    /// i32
-    I32(i32),
-    /// f32
-    F32(f32),
-    /// bool
-    Bool(bool),
-    /// string
-    String(String),
-    /// array
-    Array(Array),
-    /// u64
-    U64(u64),
-    /// i64
-    I64(i64),
-    /// f64
-    F64(f64),
-}
-
-/// A homogeneous metadata array.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Array {
-    /// u8 elements
-    U8(Vec<u8>),
-    /// i8 elements
-    I8(Vec<i8>),
-    /// u16 elements
-    U16(Vec<u16>),
-    /// i16 elements
-    I16(Vec<i16>),
-    /// u32 elements
-    U32(Vec<u32>),
-    /// i32 elements
-    I32(Vec<i32>),
-    /// f32 elements
-    F32(Vec<f32>),
-    /// bool elements
-    Bool(Vec<bool>),
-    /// string elements
-    String(Vec<String>),
-    /// nested arrays
-    Array(Vec<Array>),
-    /// u64 elements
-    U64(Vec<u64>),
-    /// i64 elements
-    I64(Vec<i64>),
-    /// f64 elements
-    F64(Vec<f64>),
-}
-
 impl Value {
-    /// The type tag of this value.
-    pub fn value_type(&self) -> ValueType {
-        match self {
-            Value::U8(_) => ValueType::U8,
-            Value::I8(_) => ValueType::I8,
-            Value::U16(_) => ValueType::U16,
-            Value::I16(_) => ValueType::I16,
-            Value::U32(_) => ValueType::U32,
-            Value::I32(_) => ValueType::I32,
-            Value::F32(_) => ValueType::F32,
-            Value::Bool(_) => ValueType::Bool,
-            Value::String(_) => ValueType::String,
-            Value::Array(_) => ValueType::Array,
-            Value::U64(_) => ValueType::U64,
-            Value::I64(_) => ValueType::I64,
-            Value::F64(_) => ValueType::F64,
-        }
-    }
-
     /// The value as a non-negative integer, whatever its integer width.
     pub fn as_u64(&self) -> Option<u64> {
         match *self {
@@ -224,47 +182,9 @@ impl Value {
 }
 
 impl Array {
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        match self {
-            Array::U8(v) => v.len(),
-            Array::I8(v) => v.len(),
-            Array::U16(v) => v.len(),
-            Array::I16(v) => v.len(),
-            Array::U32(v) => v.len(),
-            Array::I32(v) => v.len(),
-            Array::F32(v) => v.len(),
-            Array::Bool(v) => v.len(),
-            Array::String(v) => v.len(),
-            Array::Array(v) => v.len(),
-            Array::U64(v) => v.len(),
-            Array::I64(v) => v.len(),
-            Array::F64(v) => v.len(),
-        }
-    }
-
     /// True when the array has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The element type tag.
-    pub fn element_type(&self) -> ValueType {
-        match self {
-            Array::U8(_) => ValueType::U8,
-            Array::I8(_) => ValueType::I8,
-            Array::U16(_) => ValueType::U16,
-            Array::I16(_) => ValueType::I16,
-            Array::U32(_) => ValueType::U32,
-            Array::I32(_) => ValueType::I32,
-            Array::F32(_) => ValueType::F32,
-            Array::Bool(_) => ValueType::Bool,
-            Array::String(_) => ValueType::String,
-            Array::Array(_) => ValueType::Array,
-            Array::U64(_) => ValueType::U64,
-            Array::I64(_) => ValueType::I64,
-            Array::F64(_) => ValueType::F64,
-        }
     }
 
     /// The elements as non-negative integers, or `None` if the array is not

@@ -4,7 +4,7 @@
 use super::super::hint::HintTask;
 use super::*;
 use crate::cache::{CachedSource, RowCache};
-use crate::io::BatchStats;
+use crate::io::{BatchStats, RowRequest, TableShape};
 use crate::prefetch::pool::Pool;
 
 /// Batched reads, tables in memory served on the caller's thread.
@@ -45,22 +45,16 @@ impl RowSource for Probe {
     fn name(&self) -> String {
         "probe".into()
     }
-    fn tables(&self) -> usize {
-        2
+    fn shapes(&self) -> &[TableShape] {
+        // Two tables of 100 rows of 8 bytes.
+        const SHAPE: TableShape = TableShape {
+            rows: 100,
+            row_bytes: 8,
+        };
+        &[SHAPE; 2]
     }
-    fn table_rows(&self, _table: usize) -> u64 {
-        100
-    }
-    fn row_bytes(&self, _table: usize) -> usize {
-        8
-    }
-    fn read_rows_at(
-        &self,
-        table: usize,
-        rows: &[u32],
-        out: &mut [u8],
-        priority: Priority,
-    ) -> Result<BatchStats> {
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
+        let (table, rows, priority) = (request.table, request.rows, request.priority);
         // Storage, as far as a step can tell: never resident.
         if priority == Priority::Resident {
             return Err(Error::NotResident { table });

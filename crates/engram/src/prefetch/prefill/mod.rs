@@ -153,6 +153,14 @@ impl<'s> Prefill<'s> {
         self.core.jobs.get(table).map(|job| job.ready.count())
     }
 
+    /// Tokens a [`Prefill::wait`] of `table` up to `upto` would return
+    /// (those of `[previous upto, upto)`), for a caller that sizes its
+    /// buffer before it waits; a wait that would be refused (going back,
+    /// past the prompt, wider than the ring) is refused here the same way.
+    pub fn wait_tokens(&self, table: usize, upto: u32) -> Result<u32> {
+        self.check_wait(table, upto).map(|from| upto - from)
+    }
+
     /// Blocks until the rows of tokens `[0, upto)` of `table` are read and
     /// returns those of `[previous upto, upto)`; see the module docs for the
     /// contract. Ends with the rows, the reader's error (naming table, row

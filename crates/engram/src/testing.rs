@@ -1,0 +1,156 @@
+//! Helpers for tests of this crate and of the crates built on it (behind
+//! `cfg(any(test, feature = "test_utils"))`, like the panic switch): one
+//! timeout guard, one small scheduler configuration and one in-memory row
+//! source instead of a copy per test suite.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::io::{BatchStats, Priority, RowRequest, RowSource, TableShape};
+use crate::layout::Layout;
+use crate::prefetch::PrefetchConfig;
+use crate::{Error, Result};
+
+/// Bytes of each row a [`MemSource`] serves.
+pub const ROW_BYTES: usize = 16;
+
+/// A scheduler configuration small enough that a prompt of a few dozen
+/// tokens spans several chunks, read batches and ring laps (16-token chunks
+/// after a 4-token first one, 8-token read batches, a 2-chunk ring), and
+/// that always overlaps (no short-prompt threshold).
+pub fn small_prefetch() -> PrefetchConfig {
+    PrefetchConfig {
+        chunk_tokens: 16,
+        first_chunk_tokens: 4,
+        read_batch_tokens: 8,
+        ring_chunks: 2,
+        overlap_threshold: 0,
+        ..PrefetchConfig::default()
+    }
+}
+
+/// Runs `f` on a thread and fails the test if it does not finish within
+/// `limit`, so a wait that never ends is a failure, not a stuck suite. A
+/// panic in `f` is passed on as the caller's own.
+pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    // Miri interprets about a thousand times slower than native code.
+    let limit = if cfg!(miri) { limit * 200 } else { limit };
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(value) => {
+            handle.join().unwrap();
+            value
+        }
+        // The closure panicked before sending: surface its panic.
+        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the closure sent nothing and did not panic"),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("timed out after {limit:?}: a wait hung"),
+    }
+}
+
+/// The deterministic bytes of a row: any mix-up of table, row or position
+/// shows as a mismatch.
+pub fn row_bytes_of(table: usize, row: u64) -> [u8; ROW_BYTES] {
+    let mut out = [0u8; ROW_BYTES];
+    let mut x = (row + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((table as u64 + 1) << 56);
+    for b in &mut out {
+        x ^= x >> 29;
+        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        *b = (x >> 40) as u8;
+    }
+    out
+}
+
+/// An in-memory row source: rows computed by [`row_bytes_of`].
+#[derive(Default)]
+pub struct MemSource {
+    /// The tables served.
+    pub shapes: Vec<TableShape>,
+    /// Fail every read that includes this (table, row).
+    pub fail_row: Option<(usize, u64)>,
+    /// Panic on every read that includes this (table, row).
+    pub panic_row: Option<(usize, u64)>,
+    /// Added latency per call.
+    pub delay: Option<Duration>,
+    /// Read calls so far.
+    pub calls: AtomicUsize,
+    /// Read calls at [`Priority::Hint`] so far.
+    pub hint_calls: AtomicUsize,
+}
+
+impl MemSource {
+    /// A source of `layout`'s tables, with no fault injected.
+    pub fn for_layout(layout: &Layout) -> MemSource {
+        MemSource {
+            shapes: layout
+                .tables
+                .iter()
+                .map(|t| TableShape {
+                    rows: t.rows,
+                    row_bytes: ROW_BYTES,
+                })
+                .collect(),
+            ..MemSource::default()
+        }
+    }
+}
+
+impl RowSource for MemSource {
+    fn name(&self) -> String {
+        "mem".into()
+    }
+    fn shapes(&self) -> &[TableShape] {
+        &self.shapes
+    }
+    fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
+        let (table, rows, priority) = (request.table, request.rows, request.priority);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if priority == Priority::Hint {
+            self.hint_calls.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(d) = self.delay {
+            std::thread::sleep(d); // stands in for device latency
+        }
+        assert_eq!(out.len(), rows.len() * ROW_BYTES, "caller sized out wrong");
+        for (row, dst) in rows
+            .iter()
+            .map(|&r| u64::from(r))
+            .zip(out.chunks_exact_mut(ROW_BYTES))
+        {
+            if row >= self.shapes[table].rows {
+                return Err(Error::InvalidArgument(format!(
+                    "row {row} outside table {table}"
+                )));
+            }
+            if self.panic_row == Some((table, row)) {
+                panic!("injected panic at row {row}");
+            }
+            if self.fail_row == Some((table, row)) {
+                return Err(Error::RowRead {
+                    table,
+                    row,
+                    file: "mem.gguf".into(),
+                    offset: row * ROW_BYTES as u64,
+                    source: std::io::Error::from_raw_os_error(5),
+                });
+            }
+            dst.copy_from_slice(&row_bytes_of(table, row));
+        }
+        let mut unique = rows.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        Ok(BatchStats {
+            rows_requested: rows.len() as u64,
+            rows_unique: unique.len() as u64,
+            reads_issued: unique.len() as u64,
+            bytes_read: (unique.len() * ROW_BYTES) as u64,
+            ..BatchStats::default()
+        })
+    }
+}
