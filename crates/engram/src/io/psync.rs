@@ -20,6 +20,7 @@ use crossbeam_channel::{select, Receiver, Sender};
 use super::batch::{read_op_positional, BounceBuf, Completed, OpError, Pending, ReadEngine};
 use super::files::PositionalRead;
 use super::plan::{check_ops, ReadOp};
+use super::threads::ReaderSched;
 use super::Priority;
 
 /// Shared state of one batch while workers read it.
@@ -122,11 +123,12 @@ pub struct PsyncEngine {
 impl PsyncEngine {
     /// Starts `depth` workers reading `files`; `direct` says the files were
     /// opened for direct I/O (a short read off a page boundary is then end
-    /// of file).
+    /// of file); each worker takes the scheduling class `readers`.
     pub fn new(
         files: Vec<Arc<dyn PositionalRead>>,
         depth: usize,
         direct: bool,
+        readers: ReaderSched,
     ) -> std::io::Result<PsyncEngine> {
         let depth = depth.max(1);
         let files: Arc<[Arc<dyn PositionalRead>]> = files.into();
@@ -149,7 +151,10 @@ impl PsyncEngine {
             );
             let handle = std::thread::Builder::new()
                 .name(format!("engram-pread-{n}"))
-                .spawn(move || worker(&files, &demand_rx, &hint_rx, &hint_tx))?;
+                .spawn(move || {
+                    readers.apply_to_current_thread();
+                    worker(&files, &demand_rx, &hint_rx, &hint_tx)
+                })?;
             engine.workers.push(handle);
         }
         Ok(engine)
@@ -181,6 +186,52 @@ fn worker(
     }
 }
 
+impl PsyncEngine {
+    /// Reads `ops` in order on the calling thread while they are in the
+    /// page cache (`RWF_NOWAIT`), recording each latency, and returns how
+    /// many it read: the batch's remaining reads start at the first that
+    /// would block.
+    ///
+    /// Why: a worker is worth waking only for a read that waits on the
+    /// device. Handing page-cache copies (a microsecond each) to up to
+    /// `depth` woken workers costs more than the copies on a busy machine,
+    /// and the batch then waits for the slowest of them: measured on 2
+    /// busy cores (`engram bench`, warm tables, `--compute cpu`), `sync`'s
+    /// decode reads took 400-1,900 us per step this way against about 40
+    /// us for the peer's serial reads (docs/bench.md, "Reader scheduling").
+    /// Direct I/O bypasses the page cache, so nothing is tried; a platform
+    /// without `RWF_NOWAIT` answers "not cached" to the first try.
+    fn read_cached_prefix(
+        &self,
+        ops: &[ReadOp],
+        buf: &mut [u8],
+        latencies: Option<&[AtomicU64]>,
+    ) -> usize {
+        if self.direct {
+            return 0;
+        }
+        for (i, op) in ops.iter().enumerate() {
+            let Some(file) = self.files.get(op.file) else {
+                return i;
+            };
+            let started = Instant::now();
+            let dst = &mut buf[op.buf_off..op.buf_off + op.len];
+            // A prefix alone is not enough: the job re-reads the op whole.
+            match file.read_at_nowait(dst, op.offset) {
+                Ok(Some(got)) if got >= op.need => {
+                    if let Some(latencies) = latencies {
+                        // At least 1: a 0 means "not issued" (see `submit`).
+                        let ns = started.elapsed().as_nanos().max(1) as u64;
+                        latencies[i].store(ns, Ordering::Relaxed);
+                    }
+                }
+                _ => return i,
+            }
+        }
+        ops.len()
+    }
+}
+
 impl ReadEngine for PsyncEngine {
     fn name(&self) -> &'static str {
         "psync"
@@ -191,18 +242,7 @@ impl ReadEngine for PsyncEngine {
     }
 
     fn read_resident(&self, ops: &[ReadOp], buf: &mut [u8]) -> bool {
-        // Direct I/O bypasses the page cache: nothing of it is resident.
-        if self.direct || check_ops(ops, buf.len()).is_err() {
-            return false;
-        }
-        ops.iter().all(|op| {
-            let Some(file) = self.files.get(op.file) else {
-                return false;
-            };
-            let dst = &mut buf[op.buf_off..op.buf_off + op.len];
-            // A prefix alone is not enough: the rest would need storage.
-            matches!(file.read_at_nowait(dst, op.offset), Ok(Some(n)) if n >= op.need)
-        })
+        check_ops(ops, buf.len()).is_ok() && self.read_cached_prefix(ops, buf, None) == ops.len()
     }
 
     fn submit(&self, ops: Vec<ReadOp>, mut buf: BounceBuf, priority: Priority) -> Pending {
@@ -221,19 +261,29 @@ impl ReadEngine for PsyncEngine {
             });
         }
         let n = ops.len();
+        let latencies: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let inline = self.read_cached_prefix(&ops, buf.as_mut_slice(), Some(&latencies));
+        if inline == n {
+            return Pending::ready(Completed {
+                buf: Some(buf),
+                latencies_ns: latencies.into_iter().map(AtomicU64::into_inner).collect(),
+                failure: None,
+            });
+        }
         let job = Arc::new(Job {
             ops,
             buf: buf.as_mut_ptr(),
             owned: Mutex::new(Some(buf)),
             direct: self.direct,
-            next: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
+            next: AtomicUsize::new(inline),
+            done: AtomicUsize::new(inline),
             abort: AtomicBool::new(false),
-            latencies: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            latencies,
             failure: Mutex::new(None),
             finished: Mutex::new(false),
             wake: Condvar::new(),
         });
+        let n = n - inline;
         let (queue, helpers) = match priority {
             // Resident reads never reach an engine (BatchSource serves
             // them inline); queued as demand if one did.

@@ -120,6 +120,7 @@ impl Engine {
             config.workers,
             config.decode_workers,
             config.max_queued_hints,
+            config.readers,
         )
         .map_err(|e| Error::io("prefetch reader threads", e))?;
         Ok(Engine {

@@ -16,6 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use super::guard::PanicSwitch;
+use crate::io::threads::ReaderSched;
 
 /// A unit of work for a pool thread.
 pub(crate) trait Task: Send {
@@ -72,8 +73,13 @@ enum Role {
 
 impl Pool {
     /// Starts `general` threads (decode, prefill, then hints) and `decode`
-    /// threads (decode steps only).
-    pub(crate) fn start(general: usize, decode: usize, max_hints: usize) -> std::io::Result<Pool> {
+    /// threads (decode steps only), each in the scheduling class `readers`.
+    pub(crate) fn start(
+        general: usize,
+        decode: usize,
+        max_hints: usize,
+        readers: ReaderSched,
+    ) -> std::io::Result<Pool> {
         let shared = Arc::new(PoolShared {
             queues: Mutex::new(Queues::default()),
             general: Condvar::new(),
@@ -95,7 +101,7 @@ impl Pool {
             };
             let handle = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || worker(&shared, role))?;
+                .spawn(move || worker(&shared, role, readers))?;
             pool.threads.push(handle);
         }
         Ok(pool)
@@ -249,23 +255,8 @@ fn next_task(q: &mut Queues, role: Role) -> Option<Box<dyn Task>> {
     q.hints.pop_front()
 }
 
-/// Linux: marks the calling thread `SCHED_BATCH`, so waking it does not
-/// preempt the thread that woke it: a decode step wakes a reader from the
-/// forward thread, which should get on with its layer. (`engram bench` at
-/// scale 8, 600 steps: `full` mean decode stall 101 us before, 64 and 74 us
-/// in two runs after; the median stayed at 40 us.) Best effort: an error
-/// leaves the thread as it was.
-pub(crate) fn no_wakeup_preemption() {
-    #[cfg(target_os = "linux")]
-    {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: plain syscall on the calling thread with a valid param.
-        let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
-    }
-}
-
-fn worker(shared: &PoolShared, role: Role) {
-    no_wakeup_preemption();
+fn worker(shared: &PoolShared, role: Role, readers: ReaderSched) {
+    readers.apply_to_current_thread();
     let cv = match role {
         Role::General => &shared.general,
         Role::Decode => &shared.decode,
@@ -336,7 +327,7 @@ mod tests {
 
     #[test]
     fn hints_run_only_when_no_demand_is_queued() {
-        let mut pool = Pool::start(1, 1, 8).unwrap();
+        let mut pool = Pool::start(1, 1, 8, ReaderSched::Normal).unwrap();
         let shared = pool.shared();
         let (log, seen) = mpsc::channel();
         let (open, gate) = mpsc::channel();
@@ -362,7 +353,7 @@ mod tests {
 
     #[test]
     fn shutdown_abandons_queued_work_and_joins() {
-        let mut pool = Pool::start(1, 1, 1).unwrap();
+        let mut pool = Pool::start(1, 1, 1, ReaderSched::Normal).unwrap();
         let shared = pool.shared();
         let (log, seen) = mpsc::channel();
         let (open, gate) = mpsc::channel();
