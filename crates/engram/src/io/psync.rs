@@ -331,3 +331,122 @@ impl Drop for PsyncEngine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A file in memory whose first `cached` bytes answer `read_at_nowait`
+    /// (the page cache), with a read error at `poison` and a count of the
+    /// blocking reads (the ones a worker or the waiter does).
+    struct MemFile {
+        data: Vec<u8>,
+        cached: u64,
+        poison: Option<u64>,
+        blocking: AtomicUsize,
+    }
+
+    impl PositionalRead for MemFile {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            self.blocking.fetch_add(1, Ordering::Relaxed);
+            if self.poison == Some(offset) {
+                return Err(io::Error::other("poisoned"));
+            }
+            let start = (offset as usize).min(self.data.len());
+            let n = buf.len().min(self.data.len() - start);
+            buf[..n].copy_from_slice(&self.data[start..start + n]);
+            Ok(n)
+        }
+
+        fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> io::Result<Option<usize>> {
+            if offset + buf.len() as u64 > self.cached {
+                return Ok(None);
+            }
+            let start = offset as usize;
+            buf.copy_from_slice(&self.data[start..start + buf.len()]);
+            Ok(Some(buf.len()))
+        }
+    }
+
+    fn mem(cached: u64, poison: Option<u64>) -> Arc<MemFile> {
+        Arc::new(MemFile {
+            data: (0..64 * 1024u32).map(|i| (i * 7 + i / 251) as u8).collect(),
+            cached,
+            poison,
+            blocking: AtomicUsize::new(0),
+        })
+    }
+
+    /// Ten 100-byte reads at offsets 0, 1000, ..., 9000 into one buffer.
+    fn ops() -> Vec<ReadOp> {
+        (0..10)
+            .map(|i| ReadOp {
+                file: 0,
+                offset: i * 1000,
+                len: 100,
+                need: 100,
+                buf_off: i as usize * 100,
+            })
+            .collect()
+    }
+
+    /// Submits `ops()` to a 3-worker pool over `file`; the wait runs on a
+    /// thread of its own and must end within 10 s.
+    fn run(file: &Arc<MemFile>) -> Completed {
+        let files: Vec<Arc<dyn PositionalRead>> = vec![file.clone()];
+        let engine = PsyncEngine::new(files, 3, false, ReaderSched::Normal).unwrap();
+        let buf = BounceBuf::zeroed(1000).unwrap();
+        let pending = engine.submit(ops(), buf, Priority::Demand);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || tx.send(pending.wait()).unwrap());
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the batch's wait ended")
+    }
+
+    fn expected(file: &MemFile) -> Vec<u8> {
+        ops()
+            .iter()
+            .flat_map(|op| file.data[op.offset as usize..][..op.len].to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_in_the_page_cache_is_read_by_the_submitter_alone() {
+        let file = mem(u64::MAX, None);
+        let done = run(&file);
+        assert!(done.failure.is_none());
+        assert_eq!(done.buf.unwrap().as_slice(), &expected(&file)[..]);
+        assert_eq!(done.latencies_ns.len(), 10, "every read counted as issued");
+        assert_eq!(file.blocking.load(Ordering::Relaxed), 0, "no blocking read");
+    }
+
+    #[test]
+    fn reads_after_the_cached_prefix_block_and_land_in_place() {
+        // Ops 0..=4 start below 4,100 bytes (4000..4100 included).
+        let file = mem(4100, None);
+        let done = run(&file);
+        assert!(done.failure.is_none());
+        assert_eq!(done.buf.unwrap().as_slice(), &expected(&file)[..]);
+        assert_eq!(done.latencies_ns.len(), 10);
+        assert_eq!(file.blocking.load(Ordering::Relaxed), 5, "ops 5..10 only");
+    }
+
+    #[test]
+    fn an_error_past_the_cached_prefix_names_its_op() {
+        let file = mem(3100, Some(7000));
+        let done = run(&file);
+        let failure = done.failure.expect("the poisoned read fails the batch");
+        assert_eq!(failure.op, 7);
+        // A prefix-only cache is no hit: op 3 (3000..3100 cached) is
+        // cached whole, op 4 is not.
+        let file = mem(4050, None);
+        let done = run(&file);
+        assert!(done.failure.is_none());
+        assert_eq!(done.buf.unwrap().as_slice(), &expected(&file)[..]);
+        assert_eq!(file.blocking.load(Ordering::Relaxed), 6, "ops 4..10");
+    }
+}

@@ -188,7 +188,9 @@ impl StepJob {
     /// mutably and end before the next `step_begin`).
     fn read(&self, table: usize, priority: Priority) -> Result<()> {
         let t = &self.tables[table];
-        let rows = lock(&t.rows).clone();
+        // Held for the read instead of copied: the only other user is
+        // `start`, which runs once no reader is left.
+        let rows = lock(&t.rows);
         let ctx = ReadCtx {
             source: &self.source,
             stats: &self.stats,

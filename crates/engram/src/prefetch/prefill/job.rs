@@ -221,6 +221,14 @@ impl TableJob {
     fn read_delivered(&self, ctx: &ReadCtx<'_>, rows: &[u32], out: &mut [u8]) -> Result<()> {
         match self.decode {
             Some(enc) => {
+                // SAFETY: every bit pattern is a valid f32, and `out` is
+                // borrowed mutably for as long as `direct` lives.
+                let (head, direct, tail) = unsafe { out.align_to_mut::<f32>() };
+                if head.is_empty() && tail.is_empty() {
+                    // Decoded in place: no second buffer and no copy
+                    // (the ring and the store's scratch are f32-aligned).
+                    return ctx.read_f32(self.table, rows, enc, direct);
+                }
                 let mut values = vec![0f32; rows.len() * ROW_DIM];
                 ctx.read_f32(self.table, rows, enc, &mut values)?;
                 for (dst, v) in out.chunks_exact_mut(4).zip(&values) {
