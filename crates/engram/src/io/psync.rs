@@ -210,19 +210,23 @@ impl PsyncEngine {
         if self.direct {
             return 0;
         }
+        // One clock read per op: each read ends where the next starts (the
+        // clock was half of this loop's instructions read twice per op).
+        let mut started = latencies.map(|_| Instant::now());
         for (i, op) in ops.iter().enumerate() {
             let Some(file) = self.files.get(op.file) else {
                 return i;
             };
-            let started = Instant::now();
             let dst = &mut buf[op.buf_off..op.buf_off + op.len];
             // A prefix alone is not enough: the job re-reads the op whole.
             match file.read_at_nowait(dst, op.offset) {
                 Ok(Some(got)) if got >= op.need => {
-                    if let Some(latencies) = latencies {
+                    if let (Some(latencies), Some(start)) = (latencies, started.as_mut()) {
+                        let now = Instant::now();
                         // At least 1: a 0 means "not issued" (see `submit`).
-                        let ns = started.elapsed().as_nanos().max(1) as u64;
+                        let ns = (now - *start).as_nanos().max(1) as u64;
                         latencies[i].store(ns, Ordering::Relaxed);
+                        *start = now;
                     }
                 }
                 _ => return i,
