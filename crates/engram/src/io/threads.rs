@@ -60,6 +60,17 @@ impl ReaderSched {
         }
     }
 
+    /// This class, with [`ReaderSched::Realtime`] lowered to
+    /// [`ReaderSched::Raised`]: for threads that also serve low-priority
+    /// work (hints), which a real-time thread would finish before a
+    /// real-time decode reader of the same priority got the core.
+    pub fn below_realtime(self) -> ReaderSched {
+        match self {
+            ReaderSched::Realtime => ReaderSched::Raised,
+            other => other,
+        }
+    }
+
     /// Puts the calling thread in this class (best effort: see the type)
     /// and returns the class it got.
     pub fn apply_to_current_thread(self) -> ReaderSched {
@@ -145,6 +156,8 @@ mod tests {
             assert_eq!(ReaderSched::parse(class.name()), Some(class));
         }
         assert_eq!(ReaderSched::parse("fifo"), None);
+        assert_eq!(ReaderSched::Realtime.below_realtime(), ReaderSched::Raised);
+        assert_eq!(ReaderSched::Batch.below_realtime(), ReaderSched::Batch);
     }
 
     #[test]

@@ -73,7 +73,9 @@ enum Role {
 
 impl Pool {
     /// Starts `general` threads (decode, prefill, then hints) and `decode`
-    /// threads (decode steps only), each in the scheduling class `readers`.
+    /// threads (decode steps only), the decode threads in the scheduling
+    /// class `readers` and the general ones in [`ReaderSched::below_realtime`]
+    /// of it.
     pub(crate) fn start(
         general: usize,
         decode: usize,
@@ -256,7 +258,13 @@ fn next_task(q: &mut Queues, role: Role) -> Option<Box<dyn Task>> {
 }
 
 fn worker(shared: &PoolShared, role: Role, readers: ReaderSched) {
-    readers.apply_to_current_thread();
+    match role {
+        Role::Decode => readers.apply_to_current_thread(),
+        // General threads serve hints, which must never hold off a decode
+        // step's read: `SCHED_FIFO` threads of one priority do not preempt
+        // each other, so a hint read would run to its end first.
+        Role::General => readers.below_realtime().apply_to_current_thread(),
+    };
     let cv = match role {
         Role::General => &shared.general,
         Role::Decode => &shared.decode,
