@@ -458,7 +458,7 @@ impl Sequence {
     /// count, stats and the previous step's rows.
     pub fn step_begin(&mut self, token: u32) -> Result<()> {
         self.check_open()?;
-        self.steps.ready_for_step()?;
+        self.steps.ready_for_step(&self.shared.pool)?;
         let step_token = u32::try_from(self.tokens.len()).map_err(|_| {
             Error::InvalidArgument(format!(
                 "a sequence of {} tokens has no room for a decode step",

@@ -27,6 +27,11 @@ pub(crate) trait Task: Send {
     fn abandon(self: Box<Self>);
     /// Identity of the job the task belongs to (for cancellation).
     fn owner(&self) -> u64;
+    /// Drops work that is no longer needed (its results have been
+    /// superseded) without failing anyone; by default as [`Task::abandon`].
+    fn retire(self: Box<Self>) {
+        self.abandon();
+    }
     /// Order among demand tasks: smaller runs first. Read at dispatch, so it
     /// may change while queued (a consumer starting to block raises it).
     fn urgency(&self) -> (u32, u32, u32) {
@@ -219,23 +224,44 @@ impl PoolShared {
                 }
             }
             q.demand = keep;
-            for queue in [&mut q.decode, &mut q.hints] {
-                let mut kept = VecDeque::with_capacity(queue.len());
-                for t in queue.drain(..) {
-                    if t.owner() == owner {
-                        removed.push(t);
-                    } else {
-                        kept.push_back(t);
-                    }
-                }
-                *queue = kept;
-            }
+            take_owned(&mut q.decode, owner, &mut removed);
+            take_owned(&mut q.hints, owner, &mut removed);
             removed
         };
         for task in removed {
             task.abandon();
         }
     }
+
+    /// Removes the queued decode tasks of `owner` (not those running) and
+    /// retires them ([`Task::retire`]).
+    ///
+    /// Why: a new step supersedes the last one's reads. A step task a busy
+    /// CPU has not run yet (the consumer read its tables itself) would
+    /// otherwise hold the next `step_begin` until a thread ran it only to
+    /// find nothing left to do: measured on 2 busy cores as steps of 1-10
+    /// ms (docs/bench.md, "Reader scheduling").
+    pub(crate) fn retire_decode(&self, owner: u64) {
+        let mut removed = Vec::new();
+        take_owned(&mut lock(&self.queues).decode, owner, &mut removed);
+        for task in removed {
+            task.retire();
+        }
+    }
+}
+
+/// Moves the tasks of `owner` from `queue` to `removed`, keeping the
+/// others in order.
+fn take_owned(queue: &mut VecDeque<Box<dyn Task>>, owner: u64, removed: &mut Vec<Box<dyn Task>>) {
+    let mut kept = VecDeque::with_capacity(queue.len());
+    for t in queue.drain(..) {
+        if t.owner() == owner {
+            removed.push(t);
+        } else {
+            kept.push_back(t);
+        }
+    }
+    *queue = kept;
 }
 
 fn next_task(q: &mut Queues, role: Role) -> Option<Box<dyn Task>> {

@@ -212,7 +212,10 @@ impl StepJob {
     /// buffers a new step reuses: the consumer may have skipped a wait) and
     /// says whether a new step may start. Changes nothing: a refused step
     /// leaves the sequence and its last step's rows as they were.
-    pub(crate) fn ready_for_step(&self) -> Result<()> {
+    pub(crate) fn ready_for_step(&self, pool: &PoolShared) -> Result<()> {
+        // A step task still queued is not needed any more; one running is
+        // waited for (it has a core and finishes its table).
+        pool.retire_decode(self.id);
         for t in &self.tables {
             t.flight.wait_idle();
         }
@@ -473,6 +476,19 @@ impl Task for StepTask {
                 .collect();
             job.break_down(at.get(), &torn, &panic_message(&*panic), &pool);
         }
+    }
+
+    fn retire(self: Box<Self>) {
+        // The step is over: tables nobody claimed stay unread (a wait on
+        // one of them still reads it: it is unclaimed and not ready), and
+        // the hints held for the first table go out.
+        let StepTask { job, tables, pool } = *self;
+        let flights = tables
+            .iter()
+            .map(|&table| job.tables[table].flight.clone())
+            .collect();
+        let job = Leaving::new(job, flights);
+        job.release_hints(&pool);
     }
 
     fn abandon(self: Box<Self>) {
