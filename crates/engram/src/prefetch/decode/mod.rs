@@ -208,8 +208,9 @@ impl StepJob {
         }
     }
 
-    /// Waits until the previous step's reads are done (they write the
-    /// buffers a new step reuses: the consumer may have skipped a wait) and
+    /// Retires the previous step's reader task if it is still queued (its
+    /// reads are superseded), waits until one running is done (it writes
+    /// the buffers a new step reuses: the consumer may have skipped a wait) and
     /// says whether a new step may start. Changes nothing: a refused step
     /// leaves the sequence and its last step's rows as they were.
     pub(crate) fn ready_for_step(&self, pool: &PoolShared) -> Result<()> {
@@ -256,10 +257,11 @@ impl StepJob {
     /// stall of 57 us for `overlap` with both tables copied in `step_begin`
     /// (48 rows, on the forward thread) against 12 us with the reader
     /// copying them from memory on its own thread while the forward thread
-    /// computes (and 59 us with every read going to the pread pool). The
-    /// kept design is not always that fast on 2 shared cores: a later
-    /// series measured 60-1,433 us when the woken reader was not run for
-    /// milliseconds (docs/bench.md).
+    /// computes (and 59 us with every read going to the pread pool). A
+    /// later series measured 60-1,433 us: the next `step_begin` waited for
+    /// a queued reader task a busy CPU had not run yet; such a task is
+    /// retired now ([`StepJob::ready_for_step`]; docs/bench.md, "Reader
+    /// scheduling").
     fn start_reads(self: &Arc<Self>, pool: &Arc<PoolShared>) {
         for t in &self.tables {
             t.flight.enter();
