@@ -96,8 +96,7 @@ impl Engine {
     }
 
     /// An engine over `model`'s tables read through `source` (opened on the
-    /// model's table locations); knows the encodings, so
-    /// [`RowFormat::F32`] is available.
+    /// model's table locations); knows the encodings ([`RowFormat::F32`]).
     pub fn for_model(
         model: &Model,
         source: Arc<dyn RowSource>,

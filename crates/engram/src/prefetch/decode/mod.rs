@@ -433,15 +433,21 @@ struct StepTask {
     pool: Arc<PoolShared>,
 }
 
+/// `job`, held until dropped, then leaving the in-flight counts of
+/// `tables` (entered when the step's task was queued).
+fn leaving(job: Arc<StepJob>, tables: &[usize]) -> Leaving<Arc<StepJob>> {
+    let flights = tables
+        .iter()
+        .map(|&table| job.tables[table].flight.clone())
+        .collect();
+    Leaving::new(job, flights)
+}
+
 impl Task for StepTask {
     fn run(self: Box<Self>) {
         let StepTask { job, tables, pool } = *self;
-        let flights = tables
-            .iter()
-            .map(|&table| job.tables[table].flight.clone())
-            .collect();
         // Leaves the tables' counts on every exit, a panic included.
-        let job = Leaving::new(job, flights);
+        let job = leaving(job, &tables);
         // The table being read, for the message if it panics.
         let at = Cell::new(tables.first().copied().unwrap_or(0));
         // Tables this task claimed (the consumer reads the others).
@@ -485,12 +491,7 @@ impl Task for StepTask {
         // one of them still reads it: it is unclaimed and not ready), and
         // the hints held for the first table go out.
         let StepTask { job, tables, pool } = *self;
-        let flights = tables
-            .iter()
-            .map(|&table| job.tables[table].flight.clone())
-            .collect();
-        let job = Leaving::new(job, flights);
-        job.release_hints(&pool);
+        leaving(job, &tables).release_hints(&pool);
     }
 
     fn abandon(self: Box<Self>) {

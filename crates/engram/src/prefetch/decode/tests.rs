@@ -255,19 +255,28 @@ fn a_step_not_all_in_memory_backs_off_trying_memory_first_and_one_that_is_resets
     assert!(probe.try_now());
 }
 
+/// A pool whose only decode thread runs a [`Gate`] until the returned
+/// sender is sent to (or dropped).
+fn busy_decode_pool() -> (Pool, std::sync::mpsc::Sender<()>) {
+    let pool = Pool::start(1, 1, 4, ReaderSched::default()).unwrap();
+    let (running, started) = std::sync::mpsc::channel();
+    let (open, gate) = std::sync::mpsc::channel();
+    pool.shared()
+        .submit_decode(vec![Box::new(Gate { running, gate })]);
+    started
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the decode thread took the gate");
+    (pool, open)
+}
+
 #[test]
 fn a_table_its_reader_has_not_started_is_read_by_the_waiting_consumer() {
     let inner = Arc::new(Probe::default());
     let cache = Arc::new(RowCache::new(1 << 20, 8));
     let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(inner.clone(), cache.clone()));
     let stats = Arc::new(StatsRecorder::new(2));
-    let mut pool = Pool::start(1, 1, 4, ReaderSched::default()).unwrap();
     // The only decode thread is busy, as a reader a loaded CPU runs late.
-    let (running, started) = std::sync::mpsc::channel();
-    let (open, gate) = std::sync::mpsc::channel();
-    pool.shared()
-        .submit_decode(vec![Box::new(Gate { running, gate })]);
-    started.recv().unwrap();
+    let (mut pool, open) = busy_decode_pool();
     let job = step_job(2, &source, &stats);
     // Table 0's rows are cached (read from memory), table 1's are not.
     cache.insert(0, 1, &[1; 8]);
@@ -303,13 +312,8 @@ fn a_step_task_the_pool_has_not_run_does_not_hold_the_next_step() {
     let inner = Arc::new(Probe::default());
     let source: Arc<dyn RowSource> = inner.clone();
     let stats = Arc::new(StatsRecorder::new(2));
-    let mut pool = Pool::start(1, 1, 4, ReaderSched::default()).unwrap();
     // The only decode thread is busy for the whole test: no step task runs.
-    let (running, started) = std::sync::mpsc::channel();
-    let (open, gate) = std::sync::mpsc::channel();
-    pool.shared()
-        .submit_decode(vec![Box::new(Gate { running, gate })]);
-    started.recv().unwrap();
+    let (mut pool, open) = busy_decode_pool();
     let job = step_job(2, &source, &stats);
     let (done, finished) = std::sync::mpsc::channel();
     let consumer = {
