@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use engram::cache::{CachedSource, RowCache};
 use engram::hot::HotSource;
-use engram::io::{open_source, RowSource};
+use engram::io::{open_source, IoConfig, RowSource};
 use engram::prefetch::{Engine, PrefetchConfig, Prefill, RowFormat, RowsView, Sequence};
 use engram::stats::{PhaseStats, Stats};
 use engram::Result;
@@ -26,15 +26,21 @@ pub struct EngineSchedule {
 impl EngineSchedule {
     /// A fresh engine and sequence for `kind` (not `Ds4`).
     pub fn new(kind: ScheduleKind, setup: &ScheduleSetup<'_>) -> Result<EngineSchedule> {
-        let opened = open_source(&setup.model.tables, &setup.io)?;
+        // The documented switches (ENGRAM_RESIDENT, ENGRAM_READERS, ...)
+        // apply to the bench too, so settings can be compared A/B.
         let mut config = PrefetchConfig {
             format: if setup.f32_rows {
                 RowFormat::F32
             } else {
                 RowFormat::Raw
             },
-            ..PrefetchConfig::default()
+            ..PrefetchConfig::from_env()
         };
+        let io = IoConfig {
+            readers: config.readers,
+            ..setup.io.clone()
+        };
+        let opened = open_source(&setup.model.tables, &io)?;
         let source: Arc<dyn RowSource> = match kind {
             ScheduleKind::Full => {
                 config.lookup_hints = setup.lookup_hints;

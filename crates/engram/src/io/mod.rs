@@ -23,6 +23,7 @@ pub mod mmap;
 pub mod plan;
 pub mod psync;
 pub mod stats;
+pub mod threads;
 #[cfg(target_os = "linux")]
 pub mod uring;
 
@@ -214,6 +215,9 @@ pub struct IoConfig {
     pub max_batch_bytes: usize,
     /// Largest single read; longer coalesced runs are split.
     pub max_read_bytes: usize,
+    /// Scheduling class of the pread pool's workers (see
+    /// [`threads::ReaderSched`]).
+    pub readers: threads::ReaderSched,
 }
 
 impl Default for IoConfig {
@@ -225,6 +229,7 @@ impl Default for IoConfig {
             advise_random: true,
             max_batch_bytes: 16 << 20,
             max_read_bytes: 128 << 10,
+            readers: threads::ReaderSched::default(),
         }
     }
 }
@@ -315,8 +320,13 @@ fn psync_source(
     files: Arc<files::TableFiles>,
     config: &IoConfig,
 ) -> Result<BatchSource<psync::PsyncEngine>> {
-    let engine = psync::PsyncEngine::new(files.positional(), config.depth, files.direct)
-        .map_err(|e| Error::io("pread pool", e))?;
+    let engine = psync::PsyncEngine::new(
+        files.positional(),
+        config.depth,
+        files.direct,
+        config.readers,
+    )
+    .map_err(|e| Error::io("pread pool", e))?;
     Ok(BatchSource::new(files, engine, config))
 }
 

@@ -52,14 +52,25 @@ impl Request {
                 spec.rows
             )));
         }
-        let mut order: Vec<u32> = (0..rows.len() as u32).collect();
-        order.sort_unstable_by_key(|&i| rows[i as usize]);
+        // Row id in the high half, request position in the low half: one
+        // sort of plain integers orders by row and keeps equal rows in
+        // request order, without an indirect key load per comparison
+        // (callgrind: the prefill's grouping was the engine's largest
+        // instruction count after the copies).
+        let mut keyed: Vec<u64> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &row)| u64::from(row) << 32 | i as u64)
+            .collect();
+        keyed.sort_unstable();
+        let mut order: Vec<u32> = Vec::with_capacity(keyed.len());
         let mut uniques: Vec<(u64, u32)> = Vec::new();
-        for (pos, &i) in order.iter().enumerate() {
-            let row = u64::from(rows[i as usize]);
+        for (pos, &key) in keyed.iter().enumerate() {
+            let row = key >> 32;
             if uniques.last().map(|&(r, _)| r) != Some(row) {
                 uniques.push((row, pos as u32));
             }
+            order.push(key as u32);
         }
         Ok(Request { order, uniques })
     }

@@ -22,6 +22,7 @@ use super::batch::{
 };
 use super::files::PositionalRead;
 use super::plan::{check_ops, ReadOp};
+use super::threads::ReaderSched;
 use super::Priority;
 
 /// Shared state of one batch while workers read it.
@@ -124,11 +125,12 @@ pub struct PsyncEngine {
 impl PsyncEngine {
     /// Starts `depth` workers reading `files`; `direct` says the files were
     /// opened for direct I/O (a short read off a page boundary is then end
-    /// of file).
+    /// of file); each worker takes the scheduling class `readers`.
     pub fn new(
         files: Vec<Arc<dyn PositionalRead>>,
         depth: usize,
         direct: bool,
+        readers: ReaderSched,
     ) -> std::io::Result<PsyncEngine> {
         let depth = depth.max(1);
         let files: Arc<[Arc<dyn PositionalRead>]> = files.into();
@@ -151,7 +153,10 @@ impl PsyncEngine {
             );
             let handle = std::thread::Builder::new()
                 .name(format!("engram-pread-{n}"))
-                .spawn(move || worker(&files, &demand_rx, &hint_rx, &hint_tx))?;
+                .spawn(move || {
+                    readers.apply_to_current_thread();
+                    worker(&files, &demand_rx, &hint_rx, &hint_tx)
+                })?;
             engine.workers.push(handle);
         }
         Ok(engine)
@@ -183,6 +188,56 @@ fn worker(
     }
 }
 
+impl PsyncEngine {
+    /// Reads `ops` in order on the calling thread while they are in the
+    /// page cache (`RWF_NOWAIT`), recording each latency, and returns how
+    /// many it read: the batch's remaining reads start at the first that
+    /// would block.
+    ///
+    /// Why: a worker is worth waking only for a read that waits on the
+    /// device. Handing page-cache copies (a microsecond each) to up to
+    /// `depth` woken workers costs more than the copies on a busy machine,
+    /// and the batch then waits for the slowest of them: measured on 2
+    /// busy cores (`engram bench`, warm tables, `--compute cpu`), `sync`'s
+    /// decode reads took 400-1,900 us per step this way against about 40
+    /// us for the peer's serial reads (docs/bench.md, "Reader scheduling").
+    /// Direct I/O bypasses the page cache, so nothing is tried; a platform
+    /// without `RWF_NOWAIT` answers "not cached" to the first try.
+    fn read_cached_prefix(
+        &self,
+        ops: &[ReadOp],
+        buf: &mut [u8],
+        latencies: Option<&[AtomicU64]>,
+    ) -> usize {
+        if self.direct {
+            return 0;
+        }
+        // One clock read per op: each read ends where the next starts (the
+        // clock was half of this loop's instructions read twice per op).
+        let mut started = latencies.map(|_| Instant::now());
+        for (i, op) in ops.iter().enumerate() {
+            let Some(file) = self.files.get(op.file) else {
+                return i;
+            };
+            let dst = &mut buf[op.buf_off..op.buf_off + op.len];
+            // A prefix alone is not enough: the job re-reads the op whole.
+            match file.read_at_nowait(dst, op.offset) {
+                Ok(Some(got)) if got >= op.need => {
+                    if let (Some(latencies), Some(start)) = (latencies, started.as_mut()) {
+                        let now = Instant::now();
+                        // At least 1: a 0 means "not issued" (see `submit`).
+                        let ns = (now - *start).as_nanos().max(1) as u64;
+                        latencies[i].store(ns, Ordering::Relaxed);
+                        *start = now;
+                    }
+                }
+                _ => return i,
+            }
+        }
+        ops.len()
+    }
+}
+
 impl ReadEngine for PsyncEngine {
     fn name(&self) -> &'static str {
         "psync"
@@ -193,18 +248,7 @@ impl ReadEngine for PsyncEngine {
     }
 
     fn read_resident(&self, ops: &[ReadOp], buf: &mut [u8]) -> bool {
-        // Direct I/O bypasses the page cache: nothing of it is resident.
-        if self.direct || check_ops(ops, buf.len()).is_err() {
-            return false;
-        }
-        ops.iter().all(|op| {
-            let Some(file) = self.files.get(op.file) else {
-                return false;
-            };
-            let dst = &mut buf[op.buf_off..op.buf_off + op.len];
-            // A prefix alone is not enough: the rest would need storage.
-            matches!(file.read_at_nowait(dst, op.offset), Ok(Some(n)) if n >= op.need)
-        })
+        check_ops(ops, buf.len()).is_ok() && self.read_cached_prefix(ops, buf, None) == ops.len()
     }
 
     fn submit(&self, ops: Vec<ReadOp>, buf: BounceBuf, priority: Priority) -> Pending {
@@ -213,19 +257,29 @@ impl ReadEngine for PsyncEngine {
             Err(answer) => return answer,
         };
         let n = ops.len();
+        let latencies: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let inline = self.read_cached_prefix(&ops, buf.as_mut_slice(), Some(&latencies));
+        if inline == n {
+            return Pending::ready(Completed {
+                buf: Some(buf),
+                latencies_ns: latencies.into_iter().map(AtomicU64::into_inner).collect(),
+                failure: None,
+            });
+        }
         let job = Arc::new(Job {
             ops,
             buf: buf.as_mut_ptr(),
             owned: Mutex::new(Some(buf)),
             direct: self.direct,
-            next: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
+            next: AtomicUsize::new(inline),
+            done: AtomicUsize::new(inline),
             abort: AtomicBool::new(false),
-            latencies: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            latencies,
             failure: Mutex::new(None),
             finished: Mutex::new(false),
             wake: Condvar::new(),
         });
+        let n = n - inline;
         let (queue, helpers) = match priority {
             // Resident reads never reach an engine (BatchSource serves
             // them inline); queued as demand if one did.
@@ -271,5 +325,124 @@ impl Drop for PsyncEngine {
         for worker in self.workers.drain(..) {
             let _ = worker.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A file in memory whose first `cached` bytes answer `read_at_nowait`
+    /// (the page cache), with a read error at `poison` and a count of the
+    /// blocking reads (the ones a worker or the waiter does).
+    struct MemFile {
+        data: Vec<u8>,
+        cached: u64,
+        poison: Option<u64>,
+        blocking: AtomicUsize,
+    }
+
+    impl PositionalRead for MemFile {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            self.blocking.fetch_add(1, Ordering::Relaxed);
+            if self.poison == Some(offset) {
+                return Err(io::Error::other("poisoned"));
+            }
+            let start = (offset as usize).min(self.data.len());
+            let n = buf.len().min(self.data.len() - start);
+            buf[..n].copy_from_slice(&self.data[start..start + n]);
+            Ok(n)
+        }
+
+        fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> io::Result<Option<usize>> {
+            if offset + buf.len() as u64 > self.cached {
+                return Ok(None);
+            }
+            let start = offset as usize;
+            buf.copy_from_slice(&self.data[start..start + buf.len()]);
+            Ok(Some(buf.len()))
+        }
+    }
+
+    fn mem(cached: u64, poison: Option<u64>) -> Arc<MemFile> {
+        Arc::new(MemFile {
+            data: (0..64 * 1024u32).map(|i| (i * 7 + i / 251) as u8).collect(),
+            cached,
+            poison,
+            blocking: AtomicUsize::new(0),
+        })
+    }
+
+    /// Ten 100-byte reads at offsets 0, 1000, ..., 9000 into one buffer.
+    fn ops() -> Vec<ReadOp> {
+        (0..10)
+            .map(|i| ReadOp {
+                file: 0,
+                offset: i * 1000,
+                len: 100,
+                need: 100,
+                buf_off: i as usize * 100,
+            })
+            .collect()
+    }
+
+    /// Submits `ops()` to a 3-worker pool over `file`; the wait runs on a
+    /// thread of its own and must end within 10 s.
+    fn run(file: &Arc<MemFile>) -> Completed {
+        let files: Vec<Arc<dyn PositionalRead>> = vec![file.clone()];
+        let engine = PsyncEngine::new(files, 3, false, ReaderSched::Normal).unwrap();
+        let buf = BounceBuf::zeroed(1000).unwrap();
+        let pending = engine.submit(ops(), buf, Priority::Demand);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || tx.send(pending.wait()).unwrap());
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the batch's wait ended")
+    }
+
+    fn expected(file: &MemFile) -> Vec<u8> {
+        ops()
+            .iter()
+            .flat_map(|op| file.data[op.offset as usize..][..op.len].to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_in_the_page_cache_is_read_by_the_submitter_alone() {
+        let file = mem(u64::MAX, None);
+        let done = run(&file);
+        assert!(done.failure.is_none());
+        assert_eq!(done.buf.unwrap().as_slice(), &expected(&file)[..]);
+        assert_eq!(done.latencies_ns.len(), 10, "every read counted as issued");
+        assert_eq!(file.blocking.load(Ordering::Relaxed), 0, "no blocking read");
+    }
+
+    #[test]
+    fn reads_after_the_cached_prefix_block_and_land_in_place() {
+        // Ops 0..=4 start below 4,100 bytes (4000..4100 included).
+        let file = mem(4100, None);
+        let done = run(&file);
+        assert!(done.failure.is_none());
+        assert_eq!(done.buf.unwrap().as_slice(), &expected(&file)[..]);
+        assert_eq!(done.latencies_ns.len(), 10);
+        assert_eq!(file.blocking.load(Ordering::Relaxed), 5, "ops 5..10 only");
+    }
+
+    #[test]
+    fn an_error_past_the_cached_prefix_names_its_op() {
+        let file = mem(3100, Some(7000));
+        let done = run(&file);
+        let failure = done.failure.expect("the poisoned read fails the batch");
+        assert_eq!(failure.op, 7);
+        // A prefix-only cache is no hit: op 3 (3000..3100 cached) is
+        // cached whole, op 4 is not.
+        let file = mem(4050, None);
+        let done = run(&file);
+        assert!(done.failure.is_none());
+        assert_eq!(done.buf.unwrap().as_slice(), &expected(&file)[..]);
+        assert_eq!(file.blocking.load(Ordering::Relaxed), 6, "ops 4..10");
     }
 }

@@ -46,10 +46,17 @@ pub struct EngineBuilder {
 
 impl EngineBuilder {
     /// The defaults, with the ENGRAM_PREFETCH / ENGRAM_PIPELINE /
-    /// ENGRAM_BATCH environment switches applied to the scheduler options.
+    /// ENGRAM_BATCH / ENGRAM_RESIDENT / ENGRAM_READERS environment switches
+    /// applied to the scheduler options (ENGRAM_READERS to the pread pool's
+    /// workers as well).
     pub fn from_env() -> EngineBuilder {
+        let prefetch = PrefetchConfig::from_env();
         EngineBuilder {
-            prefetch: PrefetchConfig::from_env(),
+            io: IoConfig {
+                readers: prefetch.readers,
+                ..IoConfig::default()
+            },
+            prefetch,
             ..EngineBuilder::default()
         }
     }

@@ -1,5 +1,6 @@
 //! Scheduler options, with the environment switches the peers use.
 
+use crate::io::threads::ReaderSched;
 use crate::{Error, Result};
 
 /// Default `PrefetchConfig::reuse_bytes`.
@@ -76,6 +77,10 @@ pub struct PrefetchConfig {
     pub lookup_tokens: usize,
     /// Hint batches queued at most; older ones are dropped (default 64).
     pub max_queued_hints: usize,
+    /// Scheduling class of the pool's threads (ENGRAM_READERS=batch,
+    /// normal, raised or realtime); an embedder opening the source itself
+    /// gives its `IoConfig::readers` the same value.
+    pub readers: ReaderSched,
 }
 
 impl Default for PrefetchConfig {
@@ -99,6 +104,7 @@ impl Default for PrefetchConfig {
             lookup_max_ngram: 3,
             lookup_tokens: 2,
             max_queued_hints: 64,
+            readers: ReaderSched::default(),
         }
     }
 }
@@ -112,9 +118,10 @@ impl PrefetchConfig {
     }
 
     /// Applies ENGRAM_PREFETCH, ENGRAM_PIPELINE, ENGRAM_BATCH and
-    /// ENGRAM_RESIDENT as looked
-    /// up by `var`: a value of `0` turns the feature off, `1` on; unset or
-    /// anything else leaves it as it is.
+    /// ENGRAM_RESIDENT as looked up by `var`: a value of `0` turns the
+    /// feature off, `1` on; unset or anything else leaves it as it is. And
+    /// ENGRAM_READERS: a [`ReaderSched`] name sets [`PrefetchConfig::readers`];
+    /// unset or anything else leaves it.
     pub fn apply_env_from(&mut self, var: impl Fn(&str) -> Option<String>) {
         let switch = |name: &str, field: &mut bool| match var(name).as_deref().map(str::trim) {
             Some("0") => *field = false,
@@ -125,6 +132,12 @@ impl PrefetchConfig {
         switch("ENGRAM_PIPELINE", &mut self.pipeline);
         switch("ENGRAM_BATCH", &mut self.batch);
         switch("ENGRAM_RESIDENT", &mut self.resident);
+        if let Some(class) = var("ENGRAM_READERS")
+            .as_deref()
+            .and_then(ReaderSched::parse)
+        {
+            self.readers = class;
+        }
     }
 
     /// Checks the values are usable.
@@ -178,6 +191,10 @@ mod tests {
         c.apply_env_from(|n| (n == "ENGRAM_BATCH").then(|| "1".to_string()));
         assert!(c.batch);
         assert!(c.validate().is_ok());
+        c.apply_env_from(|n| (n == "ENGRAM_READERS").then(|| " normal ".to_string()));
+        assert_eq!(c.readers, ReaderSched::Normal);
+        c.apply_env_from(|n| (n == "ENGRAM_READERS").then(|| "fast".to_string()));
+        assert_eq!(c.readers, ReaderSched::Normal);
         c.ring_chunks = 0;
         assert!(c.validate().is_err());
     }

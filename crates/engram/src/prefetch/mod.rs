@@ -96,8 +96,7 @@ impl Engine {
     }
 
     /// An engine over `model`'s tables read through `source` (opened on the
-    /// model's table locations); knows the encodings, so
-    /// [`RowFormat::F32`] is available.
+    /// model's table locations); knows the encodings ([`RowFormat::F32`]).
     pub fn for_model(
         model: &Model,
         source: Arc<dyn RowSource>,
@@ -120,6 +119,7 @@ impl Engine {
             config.workers,
             config.decode_workers,
             config.max_queued_hints,
+            config.readers,
         )
         .map_err(|e| Error::io("prefetch reader threads", e))?;
         Ok(Engine {
@@ -457,7 +457,7 @@ impl Sequence {
     /// count, stats and the previous step's rows.
     pub fn step_begin(&mut self, token: u32) -> Result<()> {
         self.check_open()?;
-        self.steps.ready_for_step()?;
+        self.steps.ready_for_step(&self.shared.pool)?;
         let step_token = u32::try_from(self.tokens.len()).map_err(|_| {
             Error::InvalidArgument(format!(
                 "a sequence of {} tokens has no room for a decode step",

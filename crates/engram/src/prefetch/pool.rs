@@ -16,6 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use super::guard::PanicSwitch;
+use crate::io::threads::ReaderSched;
 
 /// A unit of work for a pool thread.
 pub(crate) trait Task: Send {
@@ -26,6 +27,11 @@ pub(crate) trait Task: Send {
     fn abandon(self: Box<Self>);
     /// Identity of the job the task belongs to (for cancellation).
     fn owner(&self) -> u64;
+    /// Drops work that is no longer needed (its results have been
+    /// superseded) without failing anyone; by default as [`Task::abandon`].
+    fn retire(self: Box<Self>) {
+        self.abandon();
+    }
     /// Order among demand tasks: smaller runs first. Read at dispatch, so it
     /// may change while queued (a consumer starting to block raises it).
     fn urgency(&self) -> (u32, u32, u32) {
@@ -72,8 +78,15 @@ enum Role {
 
 impl Pool {
     /// Starts `general` threads (decode, prefill, then hints) and `decode`
-    /// threads (decode steps only).
-    pub(crate) fn start(general: usize, decode: usize, max_hints: usize) -> std::io::Result<Pool> {
+    /// threads (decode steps only), the decode threads in the scheduling
+    /// class `readers` and the general ones in [`ReaderSched::below_realtime`]
+    /// of it.
+    pub(crate) fn start(
+        general: usize,
+        decode: usize,
+        max_hints: usize,
+        readers: ReaderSched,
+    ) -> std::io::Result<Pool> {
         let shared = Arc::new(PoolShared {
             queues: Mutex::new(Queues::default()),
             general: Condvar::new(),
@@ -95,7 +108,7 @@ impl Pool {
             };
             let handle = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || worker(&shared, role))?;
+                .spawn(move || worker(&shared, role, readers))?;
             pool.threads.push(handle);
         }
         Ok(pool)
@@ -211,23 +224,44 @@ impl PoolShared {
                 }
             }
             q.demand = keep;
-            for queue in [&mut q.decode, &mut q.hints] {
-                let mut kept = VecDeque::with_capacity(queue.len());
-                for t in queue.drain(..) {
-                    if t.owner() == owner {
-                        removed.push(t);
-                    } else {
-                        kept.push_back(t);
-                    }
-                }
-                *queue = kept;
-            }
+            take_owned(&mut q.decode, owner, &mut removed);
+            take_owned(&mut q.hints, owner, &mut removed);
             removed
         };
         for task in removed {
             task.abandon();
         }
     }
+
+    /// Removes the queued decode tasks of `owner` (not those running) and
+    /// retires them ([`Task::retire`]).
+    ///
+    /// Why: a new step supersedes the last one's reads. A step task a busy
+    /// CPU has not run yet (the consumer read its tables itself) would
+    /// otherwise hold the next `step_begin` until a thread ran it only to
+    /// find nothing left to do: measured on 2 busy cores as steps of 1-10
+    /// ms (docs/bench.md, "Reader scheduling").
+    pub(crate) fn retire_decode(&self, owner: u64) {
+        let mut removed = Vec::new();
+        take_owned(&mut lock(&self.queues).decode, owner, &mut removed);
+        for task in removed {
+            task.retire();
+        }
+    }
+}
+
+/// Moves the tasks of `owner` from `queue` to `removed`, keeping the
+/// others in order.
+fn take_owned(queue: &mut VecDeque<Box<dyn Task>>, owner: u64, removed: &mut Vec<Box<dyn Task>>) {
+    let mut kept = VecDeque::with_capacity(queue.len());
+    for t in queue.drain(..) {
+        if t.owner() == owner {
+            removed.push(t);
+        } else {
+            kept.push_back(t);
+        }
+    }
+    *queue = kept;
 }
 
 fn next_task(q: &mut Queues, role: Role) -> Option<Box<dyn Task>> {
@@ -249,23 +283,14 @@ fn next_task(q: &mut Queues, role: Role) -> Option<Box<dyn Task>> {
     q.hints.pop_front()
 }
 
-/// Linux: marks the calling thread `SCHED_BATCH`, so waking it does not
-/// preempt the thread that woke it: a decode step wakes a reader from the
-/// forward thread, which should get on with its layer. (`engram bench` at
-/// scale 8, 600 steps: `full` mean decode stall 101 us before, 64 and 74 us
-/// in two runs after; the median stayed at 40 us.) Best effort: an error
-/// leaves the thread as it was.
-pub(crate) fn no_wakeup_preemption() {
-    #[cfg(target_os = "linux")]
-    {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: plain syscall on the calling thread with a valid param.
-        let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
-    }
-}
-
-fn worker(shared: &PoolShared, role: Role) {
-    no_wakeup_preemption();
+fn worker(shared: &PoolShared, role: Role, readers: ReaderSched) {
+    match role {
+        Role::Decode => readers.apply_to_current_thread(),
+        // General threads serve hints, which must never hold off a decode
+        // step's read: `SCHED_FIFO` threads of one priority do not preempt
+        // each other, so a hint read would run to its end first.
+        Role::General => readers.below_realtime().apply_to_current_thread(),
+    };
     let cv = match role {
         Role::General => &shared.general,
         Role::Decode => &shared.decode,
@@ -361,7 +386,7 @@ mod tests {
 
     #[test]
     fn hints_run_only_when_no_demand_is_queued() {
-        let mut pool = Pool::start(1, 1, 8).unwrap();
+        let mut pool = Pool::start(1, 1, 8, ReaderSched::Normal).unwrap();
         let shared = pool.shared();
         // Occupy the only general thread, then queue a hint before demand.
         let Held { log, seen, open } = hold(&shared, 1);
@@ -379,7 +404,7 @@ mod tests {
 
     #[test]
     fn shutdown_abandons_queued_work_and_joins() {
-        let mut pool = Pool::start(1, 1, 1).unwrap();
+        let mut pool = Pool::start(1, 1, 1, ReaderSched::Normal).unwrap();
         let shared = pool.shared();
         let Held { log, seen, open } = hold(&shared, 2);
         let limit = Duration::from_secs(10);

@@ -188,7 +188,9 @@ impl StepJob {
     /// mutably and end before the next `step_begin`).
     fn read(&self, table: usize, priority: Priority) -> Result<()> {
         let t = &self.tables[table];
-        let rows = lock(&t.rows).clone();
+        // Held for the read instead of copied: the only other user is
+        // `start`, which runs once no reader is left.
+        let rows = lock(&t.rows);
         let ctx = ReadCtx {
             source: &self.source,
             stats: &self.stats,
@@ -206,11 +208,15 @@ impl StepJob {
         }
     }
 
-    /// Waits until the previous step's reads are done (they write the
-    /// buffers a new step reuses: the consumer may have skipped a wait) and
+    /// Retires the previous step's reader task if it is still queued (its
+    /// reads are superseded), waits until one running is done (it writes
+    /// the buffers a new step reuses: the consumer may have skipped a wait) and
     /// says whether a new step may start. Changes nothing: a refused step
     /// leaves the sequence and its last step's rows as they were.
-    pub(crate) fn ready_for_step(&self) -> Result<()> {
+    pub(crate) fn ready_for_step(&self, pool: &PoolShared) -> Result<()> {
+        // A step task still queued is not needed any more; one running is
+        // waited for (it has a core and finishes its table).
+        pool.retire_decode(self.id);
         for t in &self.tables {
             t.flight.wait_idle();
         }
@@ -251,10 +257,11 @@ impl StepJob {
     /// stall of 57 us for `overlap` with both tables copied in `step_begin`
     /// (48 rows, on the forward thread) against 12 us with the reader
     /// copying them from memory on its own thread while the forward thread
-    /// computes (and 59 us with every read going to the pread pool). The
-    /// kept design is not always that fast on 2 shared cores: a later
-    /// series measured 60-1,433 us when the woken reader was not run for
-    /// milliseconds (docs/bench.md).
+    /// computes (and 59 us with every read going to the pread pool). A
+    /// later series measured 60-1,433 us: the next `step_begin` waited for
+    /// a queued reader task a busy CPU had not run yet; such a task is
+    /// retired now ([`StepJob::ready_for_step`]; docs/bench.md, "Reader
+    /// scheduling").
     fn start_reads(self: &Arc<Self>, pool: &Arc<PoolShared>) {
         for t in &self.tables {
             t.flight.enter();
@@ -426,15 +433,21 @@ struct StepTask {
     pool: Arc<PoolShared>,
 }
 
+/// `job`, held until dropped, then leaving the in-flight counts of
+/// `tables` (entered when the step's task was queued).
+fn leaving(job: Arc<StepJob>, tables: &[usize]) -> Leaving<Arc<StepJob>> {
+    let flights = tables
+        .iter()
+        .map(|&table| job.tables[table].flight.clone())
+        .collect();
+    Leaving::new(job, flights)
+}
+
 impl Task for StepTask {
     fn run(self: Box<Self>) {
         let StepTask { job, tables, pool } = *self;
-        let flights = tables
-            .iter()
-            .map(|&table| job.tables[table].flight.clone())
-            .collect();
         // Leaves the tables' counts on every exit, a panic included.
-        let job = Leaving::new(job, flights);
+        let job = leaving(job, &tables);
         // The table being read, for the message if it panics.
         let at = Cell::new(tables.first().copied().unwrap_or(0));
         // Tables this task claimed (the consumer reads the others).
@@ -471,6 +484,14 @@ impl Task for StepTask {
                 .collect();
             job.break_down(at.get(), &torn, &panic_message(&*panic), &pool);
         }
+    }
+
+    fn retire(self: Box<Self>) {
+        // The step is over: tables nobody claimed stay unread (a wait on
+        // one of them still reads it: it is unclaimed and not ready), and
+        // the hints held for the first table go out.
+        let StepTask { job, tables, pool } = *self;
+        leaving(job, &tables).release_hints(&pool);
     }
 
     fn abandon(self: Box<Self>) {

@@ -4,6 +4,7 @@
 use super::super::hint::HintTask;
 use super::*;
 use crate::cache::{CachedSource, RowCache};
+use crate::io::threads::ReaderSched;
 use crate::io::{BatchStats, RowRequest, TableShape};
 use crate::prefetch::pool::Pool;
 
@@ -91,9 +92,9 @@ fn a_step_reads_its_first_table_before_later_tables_and_hints() {
     let source: Arc<dyn RowSource> = inner.clone();
     let stats = Arc::new(StatsRecorder::new(2));
     // Enough threads that nothing but the hold could order the reads.
-    let mut pool = Pool::start(3, 2, 4).unwrap();
+    let mut pool = Pool::start(3, 2, 4, ReaderSched::default()).unwrap();
     let job = step_job(2, &source, &stats);
-    job.ready_for_step().unwrap();
+    job.ready_for_step(&pool.shared()).unwrap();
     job.start(&[1, 2, 3, 4], true, &pool.shared());
     for table in 0..2 {
         job.hints.enter();
@@ -125,11 +126,11 @@ fn a_step_whose_rows_are_cached_reads_nothing_from_storage() {
     let cache = Arc::new(RowCache::new(1 << 20, 8));
     let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(inner.clone(), cache));
     let stats = Arc::new(StatsRecorder::new(2));
-    let mut pool = Pool::start(1, 1, 4).unwrap();
+    let mut pool = Pool::start(1, 1, 4, ReaderSched::default()).unwrap();
     let job = step_job(3, &source, &stats);
     let ids = [1, 2, 3, 4, 5, 6];
     // Step 1 misses: the rows are fetched (and fill the cache).
-    job.ready_for_step().unwrap();
+    job.ready_for_step(&pool.shared()).unwrap();
     job.start(&ids, true, &pool.shared());
     for table in 0..2 {
         job.wait(table, true, &pool.shared()).unwrap();
@@ -137,7 +138,7 @@ fn a_step_whose_rows_are_cached_reads_nothing_from_storage() {
     let read = inner.rows_read();
     assert_eq!(read, 6);
     // Step 2 asks for the same rows: all served from the cache.
-    job.ready_for_step().unwrap();
+    job.ready_for_step(&pool.shared()).unwrap();
     job.start(&ids, true, &pool.shared());
     job.wait(0, true, &pool.shared()).unwrap();
     let (rows, _) = job.wait(1, true, &pool.shared()).unwrap();
@@ -145,7 +146,7 @@ fn a_step_whose_rows_are_cached_reads_nothing_from_storage() {
     assert_eq!(rows, expected);
     assert_eq!(inner.rows_read(), read);
     // One new row in table 1 is the only storage read of step 3.
-    job.ready_for_step().unwrap();
+    job.ready_for_step(&pool.shared()).unwrap();
     job.start(&[1, 2, 3, 4, 5, 7], true, &pool.shared());
     job.wait(1, true, &pool.shared()).unwrap();
     assert_eq!(inner.rows_read(), read + 1);
@@ -174,7 +175,7 @@ impl Task for Gate {
 fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
     let source: Arc<dyn RowSource> = Arc::new(Probe::default());
     let stats = Arc::new(StatsRecorder::new(2));
-    let mut pool = Pool::start(1, 1, 8).unwrap();
+    let mut pool = Pool::start(1, 1, 8, ReaderSched::default()).unwrap();
     // The only general thread is busy: a queued hint would wait behind
     // it (as behind other sequences' demand reads).
     let (running, started) = std::sync::mpsc::channel();
@@ -248,24 +249,33 @@ fn a_step_not_all_in_memory_backs_off_trying_memory_first_and_one_that_is_resets
     assert!(probe.try_now());
 }
 
+/// A pool whose only decode thread runs a [`Gate`] until the returned
+/// sender is sent to (or dropped).
+fn busy_decode_pool() -> (Pool, std::sync::mpsc::Sender<()>) {
+    let pool = Pool::start(1, 1, 4, ReaderSched::default()).unwrap();
+    let (running, started) = std::sync::mpsc::channel();
+    let (open, gate) = std::sync::mpsc::channel();
+    pool.shared()
+        .submit_decode(vec![Box::new(Gate { running, gate })]);
+    started
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the decode thread took the gate");
+    (pool, open)
+}
+
 #[test]
 fn a_table_its_reader_has_not_started_is_read_by_the_waiting_consumer() {
     let inner = Arc::new(Probe::default());
     let cache = Arc::new(RowCache::new(1 << 20, 8));
     let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(inner.clone(), cache.clone()));
     let stats = Arc::new(StatsRecorder::new(2));
-    let mut pool = Pool::start(1, 1, 4).unwrap();
     // The only decode thread is busy, as a reader a loaded CPU runs late.
-    let (running, started) = std::sync::mpsc::channel();
-    let (open, gate) = std::sync::mpsc::channel();
-    pool.shared()
-        .submit_decode(vec![Box::new(Gate { running, gate })]);
-    started.recv().unwrap();
+    let (mut pool, open) = busy_decode_pool();
     let job = step_job(2, &source, &stats);
     // Table 0's rows are cached (read from memory), table 1's are not.
     cache.insert(0, 1, &[1; 8]);
     cache.insert(0, 2, &[2; 8]);
-    job.ready_for_step().unwrap();
+    job.ready_for_step(&pool.shared()).unwrap();
     job.start(&[1, 2, 3, 4], true, &pool.shared());
     let (done, waited) = std::sync::mpsc::channel();
     let consumer = {
@@ -284,9 +294,48 @@ fn a_table_its_reader_has_not_started_is_read_by_the_waiting_consumer() {
     assert_eq!(rows[0], [[1u8; 8], [2u8; 8]].concat());
     assert_eq!(rows[1], [[3u8; 8], [4u8; 8]].concat());
     // The reader, once it runs, finds both tables taken and reads nothing.
-    job.ready_for_step().unwrap();
+    job.ready_for_step(&pool.shared()).unwrap();
     assert_eq!(inner.rows_read(), 2);
     assert_eq!(lock(&inner.log).len(), 2);
+    job.cancel_and_join(&pool.shared());
+    pool.shutdown();
+}
+
+#[test]
+fn a_step_task_the_pool_has_not_run_does_not_hold_the_next_step() {
+    let inner = Arc::new(Probe::default());
+    let source: Arc<dyn RowSource> = inner.clone();
+    let stats = Arc::new(StatsRecorder::new(2));
+    // The only decode thread is busy for the whole test: no step task runs.
+    let (mut pool, open) = busy_decode_pool();
+    let job = step_job(2, &source, &stats);
+    let (done, finished) = std::sync::mpsc::channel();
+    let consumer = {
+        let (job, shared) = (job.clone(), pool.shared());
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for step in 0..3u32 {
+                job.ready_for_step(&shared).unwrap();
+                let ids: Vec<u32> = (0..4).map(|i| step * 4 + i).collect();
+                job.start(&ids, true, &shared);
+                for table in 0..2 {
+                    seen.push(job.wait(table, true, &shared).unwrap().0.to_vec());
+                }
+            }
+            let _ = done.send(seen);
+        })
+    };
+    // Every step's tables are read by the consumer; the queued step tasks
+    // are retired by the next step instead of waited for.
+    let seen = finished.recv_timeout(std::time::Duration::from_secs(10));
+    open.send(()).unwrap();
+    consumer.join().unwrap();
+    let seen = seen.expect("later steps began while the reader never ran");
+    for (i, rows) in seen.iter().enumerate() {
+        let first = (i * 2) as u8;
+        assert_eq!(rows, &[[first; 8], [first + 1; 8]].concat(), "wait {i}");
+    }
+    job.ready_for_step(&pool.shared()).unwrap();
     job.cancel_and_join(&pool.shared());
     pool.shutdown();
 }

@@ -54,10 +54,15 @@ struct Reuse {
     scratch: Vec<u8>,
 }
 
-/// `buf` resized to `len` zero bytes, its allocation kept.
+/// `buf` grown to at least `len` bytes, its allocation and length kept.
+///
+/// Why not cleared to `len` zero bytes each time: every read writes all
+/// of the `len` bytes it is given, and zeroing the scratch was 14% of a
+/// prefill token's instructions (callgrind, docs/bench.md "CPU cost").
 fn sized(mut buf: Vec<u8>, len: usize) -> Vec<u8> {
-    buf.clear();
-    buf.resize(len, 0);
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
     buf
 }
 
@@ -184,15 +189,16 @@ impl TableJob {
             priority: Priority::Demand,
             batch: self.plan.batch,
         };
-        let mut read = sized(scratch, rows.len() * self.row_bytes);
-        self.read_delivered(&ctx, &rows, &mut read)?;
+        let len = rows.len() * self.row_bytes;
+        let mut read = sized(scratch, len);
+        self.read_delivered(&ctx, &rows, &mut read[..len])?;
         self.stats
             .record_ahead(Phase::Prefill, self.table, rows.len() as u64);
         let mut reuse = lock(reuse);
         for ((&row, &token), bytes) in rows
             .iter()
             .zip(&tokens)
-            .zip(read.chunks_exact(self.row_bytes))
+            .zip(read[..len].chunks_exact(self.row_bytes))
         {
             reuse.store.update(row, token, bytes);
         }
@@ -221,6 +227,14 @@ impl TableJob {
     fn read_delivered(&self, ctx: &ReadCtx<'_>, rows: &[u32], out: &mut [u8]) -> Result<()> {
         match self.decode {
             Some(enc) => {
+                // SAFETY: every bit pattern is a valid f32, and `out` is
+                // borrowed mutably for as long as `direct` lives.
+                let (head, direct, tail) = unsafe { out.align_to_mut::<f32>() };
+                if head.is_empty() && tail.is_empty() {
+                    // Decoded in place: no second buffer and no copy
+                    // (the ring and the store's scratch are f32-aligned).
+                    return ctx.read_f32(self.table, rows, enc, direct);
+                }
                 let mut values = vec![0f32; rows.len() * ROW_DIM];
                 ctx.read_f32(self.table, rows, enc, &mut values)?;
                 for (dst, v) in out.chunks_exact_mut(4).zip(&values) {
@@ -261,9 +275,10 @@ impl TableJob {
         if hits == 0 {
             self.read_delivered(ctx, rows, out)?;
         } else if !missing.is_empty() {
-            let mut read = sized(std::mem::take(&mut reuse.scratch), missing.len() * rb);
-            self.read_delivered(ctx, &missing, &mut read)?;
-            for (src, &i) in read.chunks_exact(rb).zip(&missing_at) {
+            let len = missing.len() * rb;
+            let mut read = sized(std::mem::take(&mut reuse.scratch), len);
+            self.read_delivered(ctx, &missing, &mut read[..len])?;
+            for (src, &i) in read[..len].chunks_exact(rb).zip(&missing_at) {
                 out[i * rb..(i + 1) * rb].copy_from_slice(src);
             }
             reuse.scratch = read;

@@ -71,20 +71,22 @@ impl PrefillCore {
         }
     }
 
-    /// End of the batch of `job` that starts at `start`. Until the
-    /// consumer first reaches the table, batches run to the end of a ring
-    /// chunk: nobody waits on them yet, and larger batches keep the device
-    /// queue fuller.
-    fn batch_end(&self, job: &TableJob, start: u32) -> u32 {
-        let step = if job.consumer_started.load(Ordering::Relaxed) {
-            self.plan.read_batch
-        } else {
-            self.plan.read_batch.max(self.plan.chunk)
-        };
+    /// End of the batch of `job` that starts at `start`: the first batch
+    /// is `first_chunk` tokens, later ones end at multiples of
+    /// `read_batch`, whether or not the consumer has reached the table.
+    ///
+    /// Why not larger batches before the consumer arrives (tried: a ring
+    /// chunk each): a batch is published only when all of it is read, and
+    /// with one batch in flight a consumer that then waits on a few tokens
+    /// of another table (a chunk sweep reaches table 1 a few hundred ms
+    /// in) waits for the whole large batch first: measured at 8,192 tokens,
+    /// cold, chunk sweep, all of the stall was in the first chunk, 0.2-0.9 s
+    /// against a floor of 0.04 s (docs/bench.md, "Chunk sweep").
+    fn batch_end(&self, start: u32) -> u32 {
         if start == 0 {
             self.plan.first_chunk
         } else {
-            (start / step + 1).saturating_mul(step)
+            (start / self.plan.read_batch + 1).saturating_mul(self.plan.read_batch)
         }
     }
 
@@ -126,7 +128,7 @@ impl PrefillCore {
             .released
             .load(Ordering::Acquire)
             .saturating_add(self.plan.ring_tokens);
-        let end = self.batch_end(job, start).min(limit).min(self.plan.tokens);
+        let end = self.batch_end(start).min(limit).min(self.plan.tokens);
         if end > start {
             return Some((Kind::Ring, start, end));
         }
