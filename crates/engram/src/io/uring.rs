@@ -183,7 +183,7 @@ impl ReadEngine for UringEngine {
         // inline); one that did is served as demand, not left unserved.
         let priority = match priority {
             Priority::Hint => Priority::Hint,
-            Priority::Demand | Priority::Resident => Priority::Demand,
+            Priority::Demand | Priority::Prefill | Priority::Resident => Priority::Demand,
         };
         let refuse = |buf: BounceBuf, error: io::Error| {
             Pending::ready(Completed {

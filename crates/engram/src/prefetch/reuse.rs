@@ -139,8 +139,7 @@ impl ReuseStore {
         Some(self.fresh - 1)
     }
 
-    /// Bytes the slab holds now (tests: it grows with the rows kept).
-    #[cfg(test)]
+    /// Bytes the slab holds now: it grows with the rows kept.
     pub(crate) fn slab_bytes(&self) -> usize {
         self.slab.capacity()
     }

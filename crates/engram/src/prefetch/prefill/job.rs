@@ -90,6 +90,16 @@ impl TableJob {
         }
     }
 
+    /// Bytes this table's prefill memory holds now: the ring up to its
+    /// highest written byte and the reuse store's slab.
+    pub(super) fn held_bytes(&self) -> u64 {
+        let store = self
+            .reuse
+            .as_ref()
+            .map_or(0, |reuse| lock(reuse).store.slab_bytes());
+        (self.ring.touched() + store) as u64
+    }
+
     /// Free slots of the reuse store; `None` without one.
     pub(super) fn reuse_free_slots(&self) -> Option<usize> {
         Some(lock(self.reuse.as_ref()?).store.free_slots())
@@ -122,7 +132,7 @@ impl TableJob {
             source: &self.source,
             stats: &self.stats,
             phase,
-            priority: Priority::Demand,
+            priority: Priority::Prefill,
             batch: self.plan.batch,
         };
         let cap = self.plan.ring_tokens;
@@ -181,7 +191,7 @@ impl TableJob {
             source: &self.source,
             stats: &self.stats,
             phase: Phase::Prefill,
-            priority: Priority::Demand,
+            priority: Priority::Prefill,
             batch: self.plan.batch,
         };
         let mut read = sized(scratch, rows.len() * self.row_bytes);

@@ -148,6 +148,15 @@ impl<'s> Prefill<'s> {
         self.core.plan.ring_tokens
     }
 
+    /// Bytes of row memory this prefill holds now, all tables: each ring up
+    /// to its highest written byte (its pages become resident as they are
+    /// first written) and each reuse store's slab. Grows with what the
+    /// prompt needs, never past `ring_chunks * chunk_tokens` tokens of rows
+    /// plus `reuse_bytes` per table, whatever the prompt length.
+    pub fn held_bytes(&self) -> u64 {
+        self.core.jobs.iter().map(|job| job.held_bytes()).sum()
+    }
+
     /// Tokens of `table` whose rows are already read (no blocking).
     pub fn ready_tokens(&self, table: usize) -> Option<u32> {
         self.core.jobs.get(table).map(|job| job.ready.count())
