@@ -7,7 +7,7 @@ use crate::{Error, Result};
 /// third of their rows on the corpus), so a layer sweep reads the whole of
 /// table 1 before its layer, and it is full there already, so longer
 /// prompts hold no more (docs/bench.md, "Memory by need").
-const DEFAULT_REUSE_BYTES: u64 = 24 << 20;
+const DEFAULT_REUSE_BYTES: u64 = 16 << 20;
 
 /// How rows are handed to the consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,7 +55,7 @@ pub struct PrefetchConfig {
     /// Grows with the rows it holds, up to this budget, whatever the prompt
     /// length; rows are counted in the delivered format (f32 rows take 4x
     /// the bytes of raw ones). 0 turns whole-prompt dedup off (default
-    /// 24 MiB).
+    /// 16 MiB).
     pub reuse_bytes: u64,
     /// Prompts shorter than this are read synchronously at the wait, as the
     /// peers do (default 1,024).

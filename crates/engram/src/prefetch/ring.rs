@@ -104,7 +104,8 @@ impl RingBuf {
     pub(crate) unsafe fn slice_mut_f32(&self, start: usize, values: usize) -> &mut [f32] {
         assert!(start % 4 == 0, "f32 view at unaligned byte {start}");
         self.check(start, values * 4);
-        self.touched.fetch_max(start + values * 4, Ordering::Relaxed);
+        self.touched
+            .fetch_max(start + values * 4, Ordering::Relaxed);
         // SAFETY: in bounds, 4-aligned (8-aligned base, start % 4 == 0), any
         // bit pattern is a valid f32; exclusivity per the caller.
         unsafe { std::slice::from_raw_parts_mut(self.byte_ptr(start) as *mut f32, values) }

@@ -269,7 +269,11 @@ fn prefill_memory_grows_by_need_and_stays_within_the_ring_and_store_budgets() {
                     .collect();
                 assert!(view.to_vec() == want, "table {table} tokens {from}..{upto}");
                 peak = peak.max(prefill.held_bytes());
-                assert!(prefill.held_bytes() <= bound, "{} > {bound}", prefill.held_bytes());
+                assert!(
+                    prefill.held_bytes() <= bound,
+                    "{} > {bound}",
+                    prefill.held_bytes()
+                );
             }
         }
         assert!(peak > 2 * 32 * token_bytes, "the store was used: {peak}");
