@@ -60,16 +60,20 @@ fn layout() -> Layout {
     crate::layout::preset("deepseek-v4.1-flash", 65536).unwrap()
 }
 
-fn engine(source: &Arc<Rows>) -> Engine {
-    let config = PrefetchConfig {
+/// Rings of 2 x 16 tokens, small batches, every prompt overlapped.
+fn small_config() -> PrefetchConfig {
+    PrefetchConfig {
         chunk_tokens: 16,
         first_chunk_tokens: 4,
         read_batch_tokens: 8,
         ring_chunks: 2,
         overlap_threshold: 0,
         ..PrefetchConfig::default()
-    };
-    Engine::new(source.clone(), source.layout.clone(), config).unwrap()
+    }
+}
+
+fn engine(source: &Arc<Rows>) -> Engine {
+    Engine::new(source.clone(), source.layout.clone(), small_config()).unwrap()
 }
 
 /// Runs `f` on a thread; a hang past the limit fails the test.
@@ -237,13 +241,8 @@ fn prefill_memory_grows_by_need_and_stays_within_the_ring_and_store_budgets() {
     let source = Rows::new();
     let reuse_bytes = 2000 * 8;
     let config = PrefetchConfig {
-        chunk_tokens: 16,
-        first_chunk_tokens: 4,
-        read_batch_tokens: 8,
-        ring_chunks: 2,
-        overlap_threshold: 0,
         reuse_bytes,
-        ..PrefetchConfig::default()
+        ..small_config()
     };
     let engine = Engine::new(source.clone(), source.layout.clone(), config).unwrap();
     within(move || {
