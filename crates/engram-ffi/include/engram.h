@@ -98,10 +98,10 @@ typedef struct engram_options {
   uint32_t direct_io;
   // Reads in flight: pread threads or io_uring queue depth (1..=4096).
   uint32_t io_depth;
-  // Prefill ring chunk, in tokens (default 2048).
+  // Prefill ring chunk, in tokens (default 1024).
   uint32_t chunk_tokens;
   // Chunks in a table's ring: a wait covers at most
-  // `chunk_tokens * ring_chunks` tokens (default 4).
+  // `chunk_tokens * ring_chunks` tokens (default 2).
   uint32_t ring_chunks;
   // Tokens in a prefill's first read batch (default 128).
   uint32_t first_chunk_tokens;

@@ -45,10 +45,10 @@ pub struct engram_options {
     pub direct_io: u32,
     /// Reads in flight: pread threads or io_uring queue depth (1..=4096).
     pub io_depth: u32,
-    /// Prefill ring chunk, in tokens (default 2048).
+    /// Prefill ring chunk, in tokens (default 1024).
     pub chunk_tokens: u32,
     /// Chunks in a table's ring: a wait covers at most
-    /// `chunk_tokens * ring_chunks` tokens (default 4).
+    /// `chunk_tokens * ring_chunks` tokens (default 2).
     pub ring_chunks: u32,
     /// Tokens in a prefill's first read batch (default 128).
     pub first_chunk_tokens: u32,

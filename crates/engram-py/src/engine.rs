@@ -91,7 +91,7 @@ impl Info {
 #[pyfunction]
 #[pyo3(signature = (
     path, *, backend = "auto", direct = false, io_depth = 64, cache_bytes = 0,
-    format = "f32", chunk_tokens = 2048, ring_chunks = 4, first_chunk_tokens = 128,
+    format = "f32", chunk_tokens = 1024, ring_chunks = 2, first_chunk_tokens = 128,
     read_batch_tokens = 256, overlap_threshold = 1024, prefetch = None, pipeline = None,
     batch = None, lookup_hints = false, workers = 4, decode_workers = 2,
     reuse_bytes = None, prefill_batches_in_flight = 1, hot = None, hot_mlock = false,

@@ -8,15 +8,23 @@
 //! weighs entries, which a byte budget needs; and it is pure Rust. Entries
 //! are keyed `(table, row)` and hold the delivered row bytes, so results
 //! are bit-identical with and without the cache.
+//!
+//! Rows a prefill reads ([`Priority::Prefill`]) pass a doorkeeper first: a
+//! prompt's rows are mostly not needed again after it (its reuse store
+//! serves the repeats inside it), and inserting every one of them costs the
+//! prefill's readers an allocation and a copy per row and pushes out rows
+//! decode needs. A prefill row is kept the second time it is read past the
+//! cache (seen twice: a row evicted from a long prompt's reuse store, or a
+//! prompt sent again); decode and hint rows are kept at once.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 
-use crate::io::{BatchStats, RowRequest, RowSource, TableShape};
+use crate::io::{BatchStats, Priority, RowRequest, RowSource, TableShape};
 use crate::{Error, Result};
 
 /// Bytes an entry costs beyond its row bytes: the key, the `Arc` header and
@@ -39,6 +47,54 @@ pub struct RowCache {
     budget: u64,
     hits: AtomicU64,
     misses: AtomicU64,
+    /// Prefill rows read once, not yet kept.
+    door: Doorkeeper,
+}
+
+/// A one-hash Bloom filter of `(table, row)` keys with aging: the rows a
+/// prefill has read past the cache once. Cleared when a set bit stands for
+/// as many keys as the cache holds rows, so a key seen long ago counts as
+/// new again and a false "seen" stays below 1 in 8 (a bit per 8 keys).
+struct Doorkeeper {
+    bits: Box<[AtomicU64]>,
+    /// Keys marked since the last clear.
+    marked: AtomicUsize,
+    /// Marks before a clear.
+    limit: usize,
+}
+
+impl Doorkeeper {
+    /// A filter for a cache of about `items` rows: 8 bits per row, at least
+    /// 64 Ki bits (8 KiB), so a small cache does not forget at once.
+    fn new(items: usize) -> Doorkeeper {
+        let bits = items.saturating_mul(8).next_power_of_two().max(1 << 16);
+        Doorkeeper {
+            bits: (0..bits / 64).map(|_| AtomicU64::new(0)).collect(),
+            marked: AtomicUsize::new(0),
+            limit: items.max(1),
+        }
+    }
+
+    /// Marks `(table, row)` as seen; tells whether it was seen before.
+    fn seen_before(&self, table: usize, row: u32) -> bool {
+        let key = (table as u64) << 32 | u64::from(row);
+        // A multiply-shift hash: row ids are spread already, and the table
+        // in the high bits keeps equal rows of two tables apart.
+        let bit = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) as usize % (self.bits.len() * 64);
+        let mask = 1u64 << (bit % 64);
+        if self.bits[bit / 64].fetch_or(mask, Ordering::Relaxed) & mask != 0 {
+            return true;
+        }
+        if self.marked.fetch_add(1, Ordering::Relaxed) + 1 >= self.limit {
+            // Aging. Racing marks may be lost: such a row waits for one
+            // more read before it is kept, nothing worse.
+            self.marked.store(0, Ordering::Relaxed);
+            for word in self.bits.iter() {
+                word.store(0, Ordering::Relaxed);
+            }
+        }
+        false
+    }
 }
 
 impl RowCache {
@@ -52,6 +108,7 @@ impl RowCache {
             budget: budget_bytes,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            door: Doorkeeper::new(items),
         }
     }
 
@@ -94,6 +151,17 @@ impl RowCache {
     pub fn insert(&self, table: usize, row: u32, bytes: &[u8]) {
         self.rows.insert((table as u32, row), Arc::from(bytes));
     }
+
+    /// A row read past the cache at `priority`: kept, except a prefill
+    /// row read for the first time (see the module docs); tells whether it
+    /// was kept.
+    pub fn admit(&self, table: usize, row: u32, bytes: &[u8], priority: Priority) -> bool {
+        if priority == Priority::Prefill && !self.door.seen_before(table, row) {
+            return false;
+        }
+        self.insert(table, row, bytes);
+        true
+    }
 }
 
 /// A tier in front of a row source: what it holds, what it keeps of the
@@ -112,8 +180,9 @@ pub trait Tier: Send + Sync {
     /// The bytes of `row` of `table`, if the tier holds them.
     fn held(&self, table: usize, row: u32) -> Option<Self::Row<'_>>;
 
-    /// A row of `table` read past the tier (the row cache keeps it).
-    fn fetched(&self, table: usize, row: u32, bytes: &[u8]);
+    /// A row of `table` read past the tier at `priority` (the row cache
+    /// keeps it, or a prefill row once seen twice).
+    fn fetched(&self, table: usize, row: u32, bytes: &[u8], priority: Priority);
 
     /// Records `hits` of `distinct` rows asked for, in `stats` and in the
     /// tier's own counters.
@@ -155,13 +224,13 @@ impl<S: RowSource, T: Tier> RowSource for Tiered<S, T> {
 
     fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
         let tier = &self.tier;
-        let table = request.table;
+        let (table, priority) = (request.table, request.priority);
         let through = read_through(
             &self.inner,
             request,
             out,
             |row| tier.held(table, row),
-            |row, bytes| tier.fetched(table, row, bytes),
+            |row, bytes| tier.fetched(table, row, bytes, priority),
         )?;
         let mut stats = through.stats;
         tier.count(through.hits, through.groups, &mut stats);
@@ -197,8 +266,8 @@ impl Tier for Arc<RowCache> {
         self.get(table, row)
     }
 
-    fn fetched(&self, table: usize, row: u32, bytes: &[u8]) {
-        self.insert(table, row, bytes);
+    fn fetched(&self, table: usize, row: u32, bytes: &[u8], priority: Priority) {
+        self.admit(table, row, bytes, priority);
     }
 
     fn count(&self, hits: u64, distinct: u64, stats: &mut BatchStats) {

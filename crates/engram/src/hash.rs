@@ -131,15 +131,34 @@ impl History {
     /// positions back from the next token, with dead and before-start positions as `pad`.
     /// [`shift_in`] turns it into the next token's window.
     fn window(&self, pad: u64) -> [u64; MAX_NGRAM_SIZE] {
-        let mut window = [pad; MAX_NGRAM_SIZE];
-        for (j, slot) in window.iter_mut().enumerate().take(self.context) {
-            match self.ids.len().checked_sub(j + 1).map(|i| self.ids[i]) {
-                Some(id) if id != DEAD => *slot = u64::from(id),
-                _ => break,
-            }
-        }
-        window
+        window_before(&self.ids, self.context, pad)
     }
+
+    /// The compressed ids from sequence position `from` on, led by the
+    /// (up to `max_ngram_size - 1`) ids before it that its hash reads, and
+    /// how many lead: what [`Hasher::hash_run`] needs to hash any token
+    /// from `from` on again, at 4 bytes a token instead of the rows' 4
+    /// bytes per row.
+    pub(crate) fn run_from(&self, from: u64) -> (Vec<u32>, usize) {
+        let index = from.saturating_sub(self.base) as usize;
+        let index = index.min(self.ids.len());
+        let lead = index.min(self.context);
+        (self.ids[index - lead..].to_vec(), lead)
+    }
+}
+
+/// The window of the token after `ids`: `window[j]` is the id `j + 1`
+/// positions back, the first dead position and every older one (and
+/// before-start positions) as `pad`.
+fn window_before(ids: &[u32], context: usize, pad: u64) -> [u64; MAX_NGRAM_SIZE] {
+    let mut window = [pad; MAX_NGRAM_SIZE];
+    for (j, slot) in window.iter_mut().enumerate().take(context) {
+        match ids.len().checked_sub(j + 1).map(|i| ids[i]) {
+            Some(id) if id != DEAD => *slot = u64::from(id),
+            _ => break,
+        }
+    }
+    window
 }
 
 /// `x % divisor` for any `u64` x by Barrett reduction: one high multiply,
@@ -257,7 +276,45 @@ impl Hasher {
         // Map every token first: these lookups are independent, so their
         // cache misses overlap instead of stalling the hash one by one.
         self.push_compressed(history, tokens, mask);
-        let ids = &history.ids[first_new..];
+        self.hash_ids(window, &history.ids[first_new..], out);
+        Ok(())
+    }
+
+    /// Checks `tokens` and `mask` as [`Hasher::hash`] does and extends
+    /// `history` with them, without hashing: a prefill hashes its tokens
+    /// batch by batch ([`Hasher::hash_run`]) instead of holding every row
+    /// id of the prompt. On error `history` is unchanged.
+    pub(crate) fn extend(
+        &self,
+        history: &mut History,
+        tokens: &[u32],
+        mask: Option<&[bool]>,
+    ) -> Result<()> {
+        self.check_input(history, tokens, mask)?;
+        self.push_compressed(history, tokens, mask);
+        Ok(())
+    }
+
+    /// Appends the rows (`[token][table][column]`) of tokens `from..to` of
+    /// `run`, compressed ids whose first `lead` only lead the tokens
+    /// ([`History::run_from`]): exactly what [`Hasher::hash`] gave for them.
+    pub(crate) fn hash_run(
+        &self,
+        run: &[u32],
+        lead: usize,
+        from: usize,
+        to: usize,
+        out: &mut Vec<u32>,
+    ) {
+        let context = self.max_ngram_size - 1;
+        let before = &run[(lead + from).saturating_sub(context)..lead + from];
+        let window = window_before(before, context, self.pad);
+        out.reserve((to - from) * self.rows_per_token());
+        self.hash_ids(window, &run[lead + from..lead + to], out);
+    }
+
+    /// Appends the rows of `ids`, hashed from `window` on.
+    fn hash_ids(&self, window: [u64; MAX_NGRAM_SIZE], ids: &[u32], out: &mut Vec<u32>) {
         // The V4.1 shape (and its neighbours) get loops the compiler unrolls.
         match (self.max_ngram_size, self.n_heads) {
             (4, 8) => self.hash_fixed::<4, 8>(window, ids, out),
@@ -266,7 +323,6 @@ impl Hasher {
             (4, 4) => self.hash_fixed::<4, 4>(window, ids, out),
             _ => self.hash_any_shape(window, ids, out),
         }
-        Ok(())
     }
 
     /// Appends the compressed id of each token to `history`, [`DEAD`] where
@@ -383,6 +439,43 @@ fn shift_in(window: &mut [u64; MAX_NGRAM_SIZE], max_ngram_size: usize, id: u32, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hash_run_gives_the_rows_hash_gave_for_any_span() {
+        let layout = crate::layout::preset("deepseek-v4.1-flash", 65536).unwrap();
+        let hasher = Hasher::new(&layout).unwrap();
+        let rpt = hasher.rows_per_token();
+        let tokens: Vec<u32> = (0..50).map(|i| i * 37 % 1000).collect();
+        let mask: Vec<bool> = (0..50).map(|i| i % 11 != 3).collect();
+        // From the sequence start (no lead), after earlier tokens, and
+        // continuing a snapshot.
+        let fresh = hasher.new_history();
+        let mut after = hasher.new_history();
+        hasher
+            .hash(&mut after, &[5, 6, 7, 8], None, &mut Vec::new())
+            .unwrap();
+        let restored = History::from_snapshot(&after.snapshot());
+        for mut history in [fresh, after, restored] {
+            let first = history.position();
+            let mut probe = history.clone();
+            let mut expected = Vec::new();
+            hasher
+                .hash(&mut probe, &tokens, Some(&mask), &mut expected)
+                .unwrap();
+            hasher.extend(&mut history, &tokens, Some(&mask)).unwrap();
+            assert_eq!(history, probe, "extend adds what hash adds");
+            let (run, lead) = history.run_from(first);
+            for (from, to) in [(0, 50), (0, 1), (1, 4), (3, 5), (13, 49), (49, 50)] {
+                let mut got = Vec::new();
+                hasher.hash_run(&run, lead, from, to, &mut got);
+                assert_eq!(got, expected[from * rpt..to * rpt], "{first}: {from}..{to}");
+            }
+        }
+        // A refused input changes nothing.
+        let mut history = hasher.new_history();
+        assert!(hasher.extend(&mut history, &[1, 2], Some(&[true])).is_err());
+        assert_eq!(history.position(), 0);
+    }
 
     #[test]
     fn barrett_matches_hardware_remainder() {

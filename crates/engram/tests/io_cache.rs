@@ -5,7 +5,7 @@ mod io_support;
 use std::sync::Arc;
 
 use engram::cache::{CachedSource, RowCache};
-use engram::io::{open_source, Backend, IoConfig, RowSource};
+use engram::io::{open_source, Backend, IoConfig, Priority, RowSource};
 use io_support::*;
 
 fn source(dir: &std::path::Path) -> Arc<dyn RowSource> {
@@ -80,4 +80,41 @@ fn cached_source_rejects_bad_requests() {
     assert!(cached.read_rows(2, &[0], &mut out).is_err());
     assert!(cached.read_rows(0, &[1, 2], &mut out).is_err());
     assert_eq!(cached.cache().misses(), 0);
+}
+
+#[test]
+fn a_prefill_row_is_kept_from_its_second_read_demand_and_hint_rows_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(RowCache::new(64 << 20, 264));
+    let cached = CachedSource::new(source(dir.path()), cache.clone());
+    let read = |ids: &[u32], priority| {
+        let mut out = vec![0u8; ids.len() * 264];
+        let stats = cached.read_rows_at(0, ids, &mut out, priority).unwrap();
+        assert!(out == expected(11, 264, ids), "bytes at {priority:?}");
+        stats
+    };
+    // Seen once in a prefill: read, not kept.
+    let once: Vec<u32> = (100..400).collect();
+    read(&once, Priority::Prefill);
+    assert_eq!(cache.len(), 0, "a prefill row read once is not kept");
+    // Seen twice: kept, and a third read is a hit with no storage read.
+    let stats = read(&once, Priority::Prefill);
+    assert_eq!(stats.cache_hits, 0);
+    assert_eq!(cache.len(), once.len(), "a prefill row read twice is kept");
+    let stats = read(&once, Priority::Prefill);
+    assert_eq!(stats.cache_hits, once.len() as u64);
+    assert_eq!(stats.reads_issued, 0);
+    // Decode (demand) and hint rows are kept the first time.
+    read(&[1000, 1001], Priority::Demand);
+    read(&[2000, 2001], Priority::Hint);
+    for row in [1000, 1001, 2000, 2001] {
+        assert!(cache.get(0, row).is_some(), "row {row} kept at once");
+    }
+    // The same row id of the other table is a different row for the
+    // doorkeeper: table 1 has not seen it.
+    let mut out = vec![0u8; 264];
+    cached
+        .read_rows_at(1, &[150], &mut out, Priority::Prefill)
+        .unwrap();
+    assert!(cache.get(1, 150).is_none());
 }

@@ -174,14 +174,16 @@ fn session_cache_serves_repeated_rows_and_hints() {
     let engine = Engine::for_model(&model, source, config).unwrap();
     within(LIMIT, move || {
         let mut seq = engine.sequence();
-        // A prompt that repeats itself: its second half hits the cache.
-        let half = prompt(128);
-        let tokens = [half.clone(), half].concat();
+        // A prompt that repeats itself three times: a prefill row is kept
+        // the second time it is read (the cache's doorkeeper), so the
+        // third copy hits the cache.
+        let third = prompt(128);
+        let tokens = [third.clone(), third.clone(), third].concat();
         {
             let mut prefill = seq.prefill(&tokens, None).unwrap();
             for table in 0..2 {
                 let mut upto = 0;
-                while upto < 256 {
+                while upto < 384 {
                     upto += 64;
                     prefill.wait(table, upto).unwrap();
                 }

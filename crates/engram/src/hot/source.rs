@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::HotSet;
 use crate::cache::{Tier, Tiered};
-use crate::io::{BatchStats, RowSource};
+use crate::io::{BatchStats, Priority, RowSource};
 use crate::{Error, Result};
 
 /// A hot tier in front of `inner`. Hot rows are not copied into the row
@@ -64,7 +64,7 @@ impl Tier for Arc<HotSet> {
     }
 
     /// Rows read past the hot set are left to the tiers behind it.
-    fn fetched(&self, _table: usize, _row: u32, _bytes: &[u8]) {}
+    fn fetched(&self, _table: usize, _row: u32, _bytes: &[u8], _priority: Priority) {}
 
     fn count(&self, hits: u64, _distinct: u64, stats: &mut BatchStats) {
         stats.hot_hits = hits;

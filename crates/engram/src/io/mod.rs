@@ -52,6 +52,12 @@ pub enum Priority {
     Demand,
     /// Speculative: served with what demand work leaves free.
     Hint,
+    /// A prefill's rows: served as [`Priority::Demand`], but most of a
+    /// prompt's rows are not needed again after it (the prefill's own reuse
+    /// store serves its repeats), so a row cache in front of the source
+    /// keeps such a row only from the second time it reads it (a
+    /// doorkeeper), while demand and hint rows it always keeps.
+    Prefill,
     /// Only what is already in memory, read on the calling thread without
     /// waiting for storage: the row cache, and on Linux the page cache
     /// (`preadv2` with `RWF_NOWAIT`). A call with any row not resident

@@ -3,8 +3,12 @@
 use crate::io::threads::ReaderSched;
 use crate::{Error, Result};
 
-/// Default `PrefetchConfig::reuse_bytes`.
-const DEFAULT_REUSE_BYTES: u64 = 128 << 20;
+/// Default `PrefetchConfig::reuse_bytes`: with the default ring it holds
+/// the distinct rows of an 8K-token prompt's tokens past the ring (about a
+/// third of their rows on the corpus), so a layer sweep reads the whole of
+/// table 1 before its layer, and it is full there already, so longer
+/// prompts hold no more (docs/bench.md, "Memory by need").
+const DEFAULT_REUSE_BYTES: u64 = 16 << 20;
 
 /// How rows are handed to the consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -21,8 +25,10 @@ pub enum RowFormat {
 /// Options of a prefetch [`super::Engine`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrefetchConfig {
-    /// Ring chunk size in tokens (default 2,048): the ring of a table holds
-    /// `ring_chunks` of them.
+    /// Ring chunk size in tokens (default 1,024): the ring of a table holds
+    /// `ring_chunks` of them. Also how far ahead of its consumer a table's
+    /// reader must be before another table goes first, and the batch size
+    /// before the consumer first reaches a table.
     pub chunk_tokens: u32,
     /// Tokens in the first read batch, smaller so the first consumer starts
     /// early (default 128).
@@ -34,16 +40,23 @@ pub struct PrefetchConfig {
     /// (default 1: the device serves the most urgent batch first).
     pub prefill_batches_in_flight: usize,
     /// Ring capacity per table, in chunks: prefill row memory per table is
-    /// `ring_chunks * chunk_tokens * rows_per_token * row_bytes`, whatever
-    /// the prompt length (default 4).
+    /// at most `ring_chunks * chunk_tokens * rows_per_token * row_bytes`
+    /// (default 2 chunks of 1,024 tokens: 12.4 MiB of 264-byte rows per
+    /// table), whatever the prompt length; one wait covers at most that
+    /// many tokens. The ring is a zeroed allocation whose pages become
+    /// resident as the readers first write them, and a prompt shorter than
+    /// the ring gets a ring of its length. Reading further ahead than the
+    /// ring goes to the reuse store, which holds each distinct row once
+    /// (the ring holds every occurrence).
     pub ring_chunks: u32,
     /// Bytes per table of a prefill's reuse store: rows already read that a
     /// later token of the same prompt needs again are kept (Belady eviction
     /// by next use) and not read twice; while the ring is full, rows of
     /// tokens past it are read ahead into the free part of the store.
-    /// Allocated at prefill start, whatever the prompt length; rows are
-    /// counted in the delivered format (f32 rows take 4x the bytes of raw
-    /// ones). 0 turns whole-prompt dedup off (default 128 MiB).
+    /// Grows with the rows it holds, up to this budget, whatever the prompt
+    /// length; rows are counted in the delivered format (f32 rows take 4x
+    /// the bytes of raw ones). 0 turns whole-prompt dedup off (default
+    /// 16 MiB).
     pub reuse_bytes: u64,
     /// Prompts shorter than this are read synchronously at the wait, as the
     /// peers do (default 1,024).
@@ -86,11 +99,11 @@ pub struct PrefetchConfig {
 impl Default for PrefetchConfig {
     fn default() -> Self {
         PrefetchConfig {
-            chunk_tokens: 2048,
+            chunk_tokens: 1024,
             first_chunk_tokens: 128,
             read_batch_tokens: 256,
             prefill_batches_in_flight: 1,
-            ring_chunks: 4,
+            ring_chunks: 2,
             reuse_bytes: DEFAULT_REUSE_BYTES,
             overlap_threshold: 1024,
             prefetch: true,

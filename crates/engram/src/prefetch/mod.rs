@@ -48,7 +48,7 @@ use crate::{Error, Result};
 use decode::{ReadMode, StepJob};
 use hint::HintTask;
 use pool::{Pool, PoolShared};
-use prefill::{Mode, Plan, PrefillSetup};
+use prefill::{Mode, Plan, PrefillSetup, PromptRows};
 use source::RowSource;
 
 struct Shared {
@@ -396,15 +396,15 @@ impl Sequence {
         // Every check before the history changes: a refused prefill leaves
         // the sequence as it was (the hash checks its input first).
         let n = prefill_tokens(tokens.len())?;
-        let mut ids = Vec::new();
-        self.shared
-            .hasher
-            .hash(&mut self.history, tokens, mask, &mut ids)?;
+        let first = self.history.position();
+        self.shared.hasher.extend(&mut self.history, tokens, mask)?;
         self.tokens.extend_from_slice(tokens);
-        Ok(self.start_prefill(n, ids))
+        let (run, lead) = self.history.run_from(first);
+        let prompt = PromptRows::new(self.shared.hasher.clone(), run, lead);
+        Ok(self.start_prefill(n, prompt))
     }
 
-    fn start_prefill<'p>(&mut self, tokens: u32, ids: Vec<u32>) -> Prefill<'p> {
+    fn start_prefill<'p>(&mut self, tokens: u32, prompt: PromptRows) -> Prefill<'p> {
         let config = &self.shared.config;
         let overlap = config.prefetch && tokens >= config.overlap_threshold;
         let whole = !config.pipeline;
@@ -441,7 +441,7 @@ impl Sequence {
         Prefill::start(PrefillSetup {
             id: self.shared.ids(1),
             decode: &self.shared.decode,
-            ids: Arc::new(ids), // no copy: the ids of a long prompt are megabytes
+            prompt: Arc::new(prompt),
             cols: &cols,
             plan,
             source: &self.shared.source,

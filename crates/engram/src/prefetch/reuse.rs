@@ -46,7 +46,7 @@ pub(crate) const NEVER: u32 = u32::MAX;
 /// array is as long as the prompt): a row next needed 65,536 or more tokens
 /// later counts as not needed again. A fixed-budget store would evict it
 /// first anyway; at worst it is read once more.
-pub(crate) fn next_uses(len: usize, cols: usize, row_at: impl Fn(usize) -> u32) -> NextUses {
+pub(crate) fn next_uses(len: usize, cols: usize, mut row_at: impl FnMut(usize) -> u32) -> NextUses {
     let cols = cols.max(1);
     let mut distance = vec![0u16; len];
     let mut seen: RowMap<u32> = RowMap::default();
@@ -139,8 +139,7 @@ impl ReuseStore {
         Some(self.fresh - 1)
     }
 
-    /// Bytes the slab holds now (tests: it grows with the rows kept).
-    #[cfg(test)]
+    /// Bytes the slab holds now: it grows with the rows kept.
     pub(crate) fn slab_bytes(&self) -> usize {
         self.slab.capacity()
     }

@@ -10,12 +10,16 @@
 //! (Acquire).
 
 use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A heap buffer of `len` bytes, zero-filled, 8-byte aligned (so decoded
 /// f32 rows can be viewed in place), shared across threads.
 pub(crate) struct RingBuf {
     words: Box<[UnsafeCell<u64>]>,
     len: usize,
+    /// End of the highest range handed out for writing: the pages below it
+    /// are (or may be) resident, those above it were never touched.
+    touched: AtomicUsize,
 }
 
 // SAFETY: the buffer is plain bytes; all access goes through the unsafe
@@ -33,7 +37,17 @@ impl RingBuf {
         // SAFETY: `UnsafeCell<u64>` is `repr(transparent)` over `u64`, so
         // the slice's layout, length and alignment are unchanged.
         let words = unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [UnsafeCell<u64>]) };
-        RingBuf { words, len }
+        RingBuf {
+            words,
+            len,
+            touched: AtomicUsize::new(0),
+        }
+    }
+
+    /// Bytes from the start up to the end of the highest range written so
+    /// far: what the ring holds in memory (its pages are zeroed on demand).
+    pub(crate) fn touched(&self) -> usize {
+        self.touched.load(Ordering::Relaxed)
     }
 
     /// Length in bytes.
@@ -65,6 +79,7 @@ impl RingBuf {
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slice_mut(&self, start: usize, len: usize) -> &mut [u8] {
         self.check(start, len);
+        self.touched.fetch_max(start + len, Ordering::Relaxed);
         // SAFETY: in bounds (checked), inside one allocation; the caller
         // guarantees exclusivity of the range.
         unsafe { std::slice::from_raw_parts_mut(self.byte_ptr(start), len) }
@@ -89,6 +104,8 @@ impl RingBuf {
     pub(crate) unsafe fn slice_mut_f32(&self, start: usize, values: usize) -> &mut [f32] {
         assert!(start % 4 == 0, "f32 view at unaligned byte {start}");
         self.check(start, values * 4);
+        self.touched
+            .fetch_max(start + values * 4, Ordering::Relaxed);
         // SAFETY: in bounds, 4-aligned (8-aligned base, start % 4 == 0), any
         // bit pattern is a valid f32; exclusivity per the caller.
         unsafe { std::slice::from_raw_parts_mut(self.byte_ptr(start) as *mut f32, values) }

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Engine, PanicSite};
+use super::{Engine, PanicSite, PrefetchConfig};
 use crate::layout::Layout;
-use crate::testing::{row_bytes_of, small_prefetch, within, MemSource};
+use crate::testing::{row_bytes_of, small_prefetch, within, MemSource, ROW_BYTES};
 use crate::Error;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -168,5 +168,59 @@ fn many_decode_steps_never_run_the_ready_count_up() {
             assert_eq!(rows, want, "step {step}");
             assert!(seq.steps.max_ready_count() <= 1);
         }
+    });
+}
+
+#[test]
+fn prefill_memory_grows_by_need_and_stays_within_the_ring_and_store_budgets() {
+    let source = source();
+    let row_bytes = ROW_BYTES as u64;
+    let reuse_bytes = 2000 * row_bytes;
+    let config = PrefetchConfig {
+        reuse_bytes,
+        ..small_prefetch()
+    };
+    let engine = Engine::new(source.clone(), layout(), config).unwrap();
+    within(LIMIT, move || {
+        let mut seq = engine.sequence();
+        let cols = seq.rows_per_token();
+        let token_bytes = cols as u64 * row_bytes;
+        // Per table: the ring's 32 tokens of rows and the store's budget.
+        let bound = 2 * (32 * token_bytes + reuse_bytes);
+        // A long prompt with repeats, consumed as a layer sweep does (all
+        // of table 0, then all of table 1: table 1's reader runs ahead into
+        // its store meanwhile). Rows stay exact while the store evicts.
+        let tokens: Vec<u32> = (0..3000u32).map(|i| (i * 7919 % 613) % VOCAB).collect();
+        let ids = seq.row_ids(&tokens, None).unwrap();
+        let mut prefill = seq.prefill(&tokens, None).unwrap();
+        let mut peak = 0;
+        for table in 0..2 {
+            for upto in (16..=3000).step_by(16) {
+                let view = prefill.wait(table, upto).unwrap();
+                let from = view.first_token() as usize;
+                let want: Vec<u8> = (from..upto as usize)
+                    .flat_map(|t| ids[(t * 2 + table) * cols..][..cols].to_vec())
+                    .flat_map(|r| row_bytes_of(table, u64::from(r)))
+                    .collect();
+                assert!(view.to_vec() == want, "table {table} tokens {from}..{upto}");
+                peak = peak.max(prefill.held_bytes());
+                assert!(
+                    prefill.held_bytes() <= bound,
+                    "{} > {bound}",
+                    prefill.held_bytes()
+                );
+            }
+        }
+        assert!(peak > 2 * 32 * token_bytes, "the store was used: {peak}");
+        drop(prefill);
+        // A prompt shorter than the ring holds a ring of its own length
+        // and only the rows it reuses: less than the bound.
+        let short: Vec<u32> = (0..10).collect();
+        let mut prefill = seq.prefill(&short, None).unwrap();
+        for table in 0..2 {
+            prefill.wait(table, 10).unwrap();
+        }
+        let held = prefill.held_bytes();
+        assert!(held <= 2 * 10 * token_bytes, "short prompt holds {held}");
     });
 }

@@ -10,6 +10,7 @@ use super::super::reuse::{next_uses, NextUses, ReuseStore};
 use super::super::ring::RingBuf;
 use super::super::source::{Priority, RowSource};
 use super::super::sync::lock_std as lock;
+use super::rows::PromptRows;
 use super::{Plan, PrefillSetup};
 use crate::codec::{Encoding, ROW_DIM};
 use crate::stats::{Phase, StatsRecorder};
@@ -18,13 +19,13 @@ use crate::Result;
 /// One table's reader state for one prefill.
 pub(super) struct TableJob {
     pub(super) table: usize,
-    pub(super) tables: usize,
     pub(super) cols: usize,
     pub(super) row_bytes: usize,
     pub(super) plan: Plan,
     /// Some: rows are decoded to f32 (`row_bytes` is then `ROW_DIM * 4`).
     pub(super) decode: Option<Encoding>,
-    pub(super) ids: Arc<Vec<u32>>,
+    /// The prompt, hashed into this table's row ids batch by batch.
+    pub(super) prompt: Arc<PromptRows>,
     pub(super) ring: RingBuf,
     pub(super) ready: Ready,
     /// Tokens before this the consumer no longer holds (the reader may
@@ -77,12 +78,11 @@ impl TableJob {
         let cols = setup.cols[0];
         TableJob {
             table,
-            tables: setup.cols.len(),
             cols,
             row_bytes,
             plan: setup.plan,
             decode,
-            ids: setup.ids.clone(),
+            prompt: setup.prompt.clone(),
             ring: RingBuf::new(setup.plan.ring_tokens as usize * cols * row_bytes),
             ready: Ready::new(),
             released: AtomicU32::new(0),
@@ -93,6 +93,16 @@ impl TableJob {
             source: setup.source.clone(),
             stats: setup.stats.clone(),
         }
+    }
+
+    /// Bytes this table's prefill memory holds now: the ring up to its
+    /// highest written byte and the reuse store's slab.
+    pub(super) fn held_bytes(&self) -> u64 {
+        let store = self
+            .reuse
+            .as_ref()
+            .map_or(0, |reuse| lock(reuse).store.slab_bytes());
+        (self.ring.touched() + store) as u64
     }
 
     /// Free slots of the reuse store; `None` without one.
@@ -106,13 +116,7 @@ impl TableJob {
 
     /// Row ids of `table` for tokens `start..end`, token-major.
     pub(super) fn row_ids(&self, start: u32, end: u32) -> Vec<u32> {
-        let stride = self.tables * self.cols;
-        let mut rows = Vec::with_capacity((end - start) as usize * self.cols);
-        for t in start as usize..end as usize {
-            let base = t * stride + self.table * self.cols;
-            rows.extend_from_slice(&self.ids[base..base + self.cols]);
-        }
-        rows
+        self.prompt.table_rows(self.table, start, end)
     }
 
     /// Reads tokens `start..end` into their ring slots (split where the ring
@@ -127,7 +131,7 @@ impl TableJob {
             source: &self.source,
             stats: &self.stats,
             phase,
-            priority: Priority::Demand,
+            priority: Priority::Prefill,
             batch: self.plan.batch,
         };
         let cap = self.plan.ring_tokens;
@@ -186,7 +190,7 @@ impl TableJob {
             source: &self.source,
             stats: &self.stats,
             phase: Phase::Prefill,
-            priority: Priority::Demand,
+            priority: Priority::Prefill,
             batch: self.plan.batch,
         };
         let len = rows.len() * self.row_bytes;
@@ -305,11 +309,21 @@ fn reuse_for(setup: &PrefillSetup<'_>, table: usize, row_bytes: usize) -> Option
         return None;
     }
     let store = ReuseStore::new(plan.reuse_bytes, row_bytes)?;
-    let (tables, cols) = (setup.cols.len(), setup.cols[0]);
-    let ids = &setup.ids;
+    let cols = setup.cols[0];
+    // The walk goes backwards; rows are hashed a block of tokens at a time.
+    const BLOCK: usize = 4096;
+    let mut block: (usize, Vec<u32>) = (usize::MAX, Vec::new());
     let next = next_uses(plan.tokens as usize * cols, cols, |i| {
-        let (token, col) = (i / cols, i % cols);
-        ids[token * tables * cols + table * cols + col]
+        let token = i / cols;
+        if !(block.0..block.0.saturating_add(BLOCK)).contains(&token) {
+            let first = token / BLOCK * BLOCK;
+            let end = (first + BLOCK).min(plan.tokens as usize);
+            block = (
+                first,
+                setup.prompt.table_rows(table, first as u32, end as u32),
+            );
+        }
+        block.1[i - block.0 * cols]
     });
     Some(Mutex::new(Reuse {
         store,

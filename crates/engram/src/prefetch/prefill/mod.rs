@@ -37,6 +37,7 @@
 //! urgent after its first wait and stays a little ahead from then on.
 
 mod job;
+mod rows;
 mod sched;
 
 use std::sync::atomic::Ordering;
@@ -50,6 +51,7 @@ use crate::codec::Encoding;
 use crate::stats::{Phase, StatsRecorder};
 use crate::{Error, Result};
 use job::TableJob;
+pub(crate) use rows::PromptRows;
 use sched::PrefillCore;
 
 /// How a prefill's rows are read.
@@ -107,7 +109,8 @@ pub(crate) struct PrefillSetup<'a> {
     pub id: u64,
     /// Per table: Some(encoding) to decode rows to f32.
     pub decode: &'a [Option<Encoding>],
-    pub ids: Arc<Vec<u32>>,
+    /// The prompt, hashed batch by batch.
+    pub prompt: Arc<PromptRows>,
     pub cols: &'a [usize],
     pub plan: Plan,
     pub source: &'a Arc<dyn RowSource>,
@@ -146,6 +149,15 @@ impl<'s> Prefill<'s> {
     /// Most tokens one wait may cover (the ring capacity).
     pub fn max_wait_tokens(&self) -> u32 {
         self.core.plan.ring_tokens
+    }
+
+    /// Bytes of row memory this prefill holds now, all tables: each ring up
+    /// to its highest written byte (its pages become resident as they are
+    /// first written) and each reuse store's slab. Grows with what the
+    /// prompt needs, never past `ring_chunks * chunk_tokens` tokens of rows
+    /// plus `reuse_bytes` per table, whatever the prompt length.
+    pub fn held_bytes(&self) -> u64 {
+        self.core.jobs.iter().map(|job| job.held_bytes()).sum()
     }
 
     /// Tokens of `table` whose rows are already read (no blocking).
