@@ -134,7 +134,9 @@ impl PrefetchConfig {
     /// ENGRAM_RESIDENT as looked up by `var`: a value of `0` turns the
     /// feature off, `1` on; unset or anything else leaves it as it is. And
     /// ENGRAM_READERS: a [`ReaderSched`] name sets [`PrefetchConfig::readers`];
-    /// unset or anything else leaves it.
+    /// unset or anything else leaves it. And ENGRAM_REUSE_MIB: a whole
+    /// number of MiB sets [`PrefetchConfig::reuse_bytes`] (the trade
+    /// between a long prompt's stall and its memory, for A/B runs).
     pub fn apply_env_from(&mut self, var: impl Fn(&str) -> Option<String>) {
         let switch = |name: &str, field: &mut bool| match var(name).as_deref().map(str::trim) {
             Some("0") => *field = false,
@@ -150,6 +152,9 @@ impl PrefetchConfig {
             .and_then(ReaderSched::parse)
         {
             self.readers = class;
+        }
+        if let Some(mib) = var("ENGRAM_REUSE_MIB").and_then(|v| v.trim().parse::<u64>().ok()) {
+            self.reuse_bytes = mib << 20;
         }
     }
 
@@ -207,6 +212,10 @@ mod tests {
         c.apply_env_from(|n| (n == "ENGRAM_READERS").then(|| " normal ".to_string()));
         assert_eq!(c.readers, ReaderSched::Normal);
         c.apply_env_from(|n| (n == "ENGRAM_READERS").then(|| "fast".to_string()));
+        c.apply_env_from(|n| (n == "ENGRAM_REUSE_MIB").then(|| " 64 ".to_string()));
+        assert_eq!(c.reuse_bytes, 64 << 20);
+        c.apply_env_from(|n| (n == "ENGRAM_REUSE_MIB").then(|| "lots".to_string()));
+        assert_eq!(c.reuse_bytes, 64 << 20);
         assert_eq!(c.readers, ReaderSched::Normal);
         c.ring_chunks = 0;
         assert!(c.validate().is_err());
