@@ -153,9 +153,12 @@ impl RowCache {
     }
 
     /// A row read past the cache at `priority`: kept, except a prefill
-    /// row read for the first time (see the module docs); tells whether it
-    /// was kept.
+    /// row read for the first time (see the module docs) and a row read
+    /// only to warm the page cache; tells whether it was kept.
     pub fn admit(&self, table: usize, row: u32, bytes: &[u8], priority: Priority) -> bool {
+        if priority == Priority::Warm {
+            return false;
+        }
         if priority == Priority::Prefill && !self.door.seen_before(table, row) {
             return false;
         }

@@ -82,6 +82,8 @@ pub struct MemSource {
     pub calls: AtomicUsize,
     /// Read calls at [`Priority::Hint`] so far.
     pub hint_calls: AtomicUsize,
+    /// Rows read at [`Priority::Warm`] so far, per table (two tables).
+    pub warm_rows: [AtomicUsize; 2],
 }
 
 impl MemSource {
@@ -113,6 +115,11 @@ impl RowSource for MemSource {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if priority == Priority::Hint {
             self.hint_calls.fetch_add(1, Ordering::Relaxed);
+        }
+        if priority == Priority::Warm {
+            if let Some(count) = self.warm_rows.get(table) {
+                count.fetch_add(rows.len(), Ordering::Relaxed);
+            }
         }
         if let Some(d) = self.delay {
             std::thread::sleep(d); // stands in for device latency

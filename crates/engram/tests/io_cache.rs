@@ -104,6 +104,15 @@ fn a_prefill_row_is_kept_from_its_second_read_demand_and_hint_rows_at_once() {
     let stats = read(&once, Priority::Prefill);
     assert_eq!(stats.cache_hits, once.len() as u64);
     assert_eq!(stats.reads_issued, 0);
+    // Rows read only to warm the page cache are neither kept nor marked
+    // as seen: a prefill read after them is still the first.
+    let warmed: Vec<u32> = (500..600).collect();
+    read(&warmed, Priority::Warm);
+    read(&warmed, Priority::Prefill);
+    assert!(
+        warmed.iter().all(|&row| cache.get(0, row).is_none()),
+        "a warm read is not a sighting"
+    );
     // Decode (demand) and hint rows are kept the first time.
     read(&[1000, 1001], Priority::Demand);
     read(&[2000, 2001], Priority::Hint);

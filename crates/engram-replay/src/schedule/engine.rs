@@ -40,6 +40,8 @@ impl EngineSchedule {
             readers: config.readers,
             ..setup.io.clone()
         };
+        // Direct I/O keeps no page cache to warm.
+        config.warm_page_cache &= !io.direct;
         let opened = open_source(&setup.model.tables, &io)?;
         let source: Arc<dyn RowSource> = match kind {
             ScheduleKind::Full => {

@@ -66,6 +66,11 @@ pub enum Priority {
     /// Backends that cannot tell (macOS, direct I/O, io_uring, mmap) answer
     /// every storage read so.
     Resident,
+    /// A prefill's rows read ahead only to bring them into the page cache
+    /// (the bytes are dropped): served as [`Priority::Demand`]; a row cache
+    /// in front of the source neither keeps them nor counts them as seen.
+    /// Read later at [`Priority::Prefill`], they come from the page cache.
+    Warm,
 }
 
 /// One table as a source serves it: how many rows, how many bytes each.

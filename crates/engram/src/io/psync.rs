@@ -283,7 +283,9 @@ impl ReadEngine for PsyncEngine {
         let (queue, helpers) = match priority {
             // Resident reads never reach an engine (BatchSource serves
             // them inline); queued as demand if one did.
-            Priority::Demand | Priority::Prefill | Priority::Resident => (&self.demand, self.depth),
+            Priority::Demand | Priority::Prefill | Priority::Resident | Priority::Warm => {
+                (&self.demand, self.depth)
+            }
             Priority::Hint => (&self.hint, (self.depth / 4).max(1)),
         };
         if let Some(queue) = queue {

@@ -185,7 +185,9 @@ impl ReadEngine for UringEngine {
         // inline); one that did is served as demand, not left unserved.
         let priority = match priority {
             Priority::Hint => Priority::Hint,
-            Priority::Demand | Priority::Prefill | Priority::Resident => Priority::Demand,
+            Priority::Demand | Priority::Prefill | Priority::Resident | Priority::Warm => {
+                Priority::Demand
+            }
         };
         let mut buf = match check_submission(&ops, buf) {
             Ok(buf) => buf,

@@ -99,7 +99,10 @@ impl EngineBuilder {
         // The hot tier goes in front of the row cache: hot rows never reach
         // it, so its budget goes to the rest.
         let (source, hot) = crate::hot::layer(&model, source, &self.hot)?;
-        let engine = Engine::for_model(&model, source, self.prefetch.clone())?;
+        let mut prefetch = self.prefetch.clone();
+        // Direct I/O keeps no page cache to warm.
+        prefetch.warm_page_cache &= !self.io.direct;
+        let engine = Engine::for_model(&model, source, prefetch)?;
         Ok(OpenEngine {
             engine,
             model,

@@ -58,6 +58,15 @@ pub struct PrefetchConfig {
     /// the bytes of raw ones). 0 turns whole-prompt dedup off (default
     /// 16 MiB).
     pub reuse_bytes: u64,
+    /// `false` (ENGRAM_WARM=0): once a table's ring and reuse store are full,
+    /// its readers stop until the consumer frees ring room. `true`
+    /// (default): they go on reading the prompt's later rows and drop the
+    /// bytes, so the rows are in the page cache when the ring reads them
+    /// (a layer sweep of a long prompt: table 1's rows are read while the
+    /// consumer is still on the earlier layers, without holding them in
+    /// process memory). Set it off with direct I/O (no page cache to warm;
+    /// `EngineBuilder` does) or where page cache is scarce.
+    pub warm_page_cache: bool,
     /// Prompts shorter than this are read synchronously at the wait, as the
     /// peers do (default 1,024).
     pub overlap_threshold: u32,
@@ -105,6 +114,7 @@ impl Default for PrefetchConfig {
             prefill_batches_in_flight: 1,
             ring_chunks: 2,
             reuse_bytes: DEFAULT_REUSE_BYTES,
+            warm_page_cache: true,
             overlap_threshold: 1024,
             prefetch: true,
             pipeline: true,
@@ -130,8 +140,8 @@ impl PrefetchConfig {
         config
     }
 
-    /// Applies ENGRAM_PREFETCH, ENGRAM_PIPELINE, ENGRAM_BATCH and
-    /// ENGRAM_RESIDENT as looked up by `var`: a value of `0` turns the
+    /// Applies ENGRAM_PREFETCH, ENGRAM_PIPELINE, ENGRAM_BATCH,
+    /// ENGRAM_RESIDENT and ENGRAM_WARM as looked up by `var`: a value of `0` turns the
     /// feature off, `1` on; unset or anything else leaves it as it is. And
     /// ENGRAM_READERS: a [`ReaderSched`] name sets [`PrefetchConfig::readers`];
     /// unset or anything else leaves it. And ENGRAM_REUSE_MIB: a whole
@@ -147,6 +157,7 @@ impl PrefetchConfig {
         switch("ENGRAM_PIPELINE", &mut self.pipeline);
         switch("ENGRAM_BATCH", &mut self.batch);
         switch("ENGRAM_RESIDENT", &mut self.resident);
+        switch("ENGRAM_WARM", &mut self.warm_page_cache);
         if let Some(class) = var("ENGRAM_READERS")
             .as_deref()
             .and_then(ReaderSched::parse)

@@ -408,32 +408,20 @@ impl Sequence {
         let config = &self.shared.config;
         let overlap = config.prefetch && tokens >= config.overlap_threshold;
         let whole = !config.pipeline;
+        // Pipeline off: the ring and every batch are the whole prompt.
+        let sized = |pipelined: u32| if whole { tokens } else { pipelined }.max(1);
         let plan = Plan {
             tokens,
             // A prompt shorter than the ring gets a ring of its own size.
-            ring_tokens: if whole {
-                tokens
-            } else {
-                config.ring_tokens().min(tokens)
-            }
-            .max(1),
-            first_chunk: if whole {
-                tokens
-            } else {
-                config.first_chunk_tokens
-            }
-            .max(1),
-            read_batch: if whole {
-                tokens
-            } else {
-                config.read_batch_tokens
-            }
-            .max(1),
+            ring_tokens: sized(config.ring_tokens().min(tokens)),
+            first_chunk: sized(config.first_chunk_tokens),
+            read_batch: sized(config.read_batch_tokens),
             in_flight: config.prefill_batches_in_flight,
             mode: if overlap { Mode::Overlap } else { Mode::AtWait },
             batch: config.batch,
             whole_table: whole,
             reuse_bytes: config.reuse_bytes,
+            warm: config.warm_page_cache,
             chunk: config.chunk_tokens,
         };
         let tables = self.tables();

@@ -224,3 +224,53 @@ fn prefill_memory_grows_by_need_and_stays_within_the_ring_and_store_budgets() {
         assert!(held <= 2 * 10 * token_bytes, "short prompt holds {held}");
     });
 }
+
+/// Table 1's reader, its ring and store full while the consumer is still on
+/// table 0 (a layer sweep), reads the rest of its rows into the page cache
+/// (`Priority::Warm`), and the rows it then delivers are exact; with the
+/// warm-up off it reads none that way.
+#[test]
+fn a_full_ring_and_store_go_on_warming_the_page_cache_unless_told_not_to() {
+    use std::sync::atomic::Ordering;
+    for warm in [true, false] {
+        let source = source();
+        let config = PrefetchConfig {
+            reuse_bytes: 0,
+            warm_page_cache: warm,
+            ..small_prefetch()
+        };
+        let engine = Engine::new(source.clone(), layout(), config).unwrap();
+        let probe = source.clone();
+        within(LIMIT, move || {
+            let mut seq = engine.sequence();
+            let cols = seq.rows_per_token();
+            let tokens: Vec<u32> = (0..2000u32).map(|i| (i * 7919 + 11) % VOCAB).collect();
+            let ids = seq.row_ids(&tokens, None).unwrap();
+            let mut prefill = seq.prefill(&tokens, None).unwrap();
+            for upto in (16..=2000).step_by(16) {
+                prefill.wait(0, upto).unwrap();
+            }
+            if warm {
+                // Warm batches run only while the ring is full: wait for the
+                // reader to reach the prompt's end (bounded by LIMIT).
+                let past_ring = (2000 - 32) * cols;
+                while probe.warm_rows[1].load(Ordering::Relaxed) < past_ring / 2 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            for upto in (16..=2000).step_by(16) {
+                let view = prefill.wait(1, upto).unwrap();
+                let from = view.first_token() as usize;
+                let want: Vec<u8> = (from..upto as usize)
+                    .flat_map(|t| ids[(t * 2 + 1) * cols..][..cols].to_vec())
+                    .flat_map(|r| row_bytes_of(1, u64::from(r)))
+                    .collect();
+                assert!(view.to_vec() == want, "table 1 tokens {from}..{upto}");
+            }
+            drop(prefill);
+            if !warm {
+                assert_eq!(probe.warm_rows[1].load(Ordering::Relaxed), 0);
+            }
+        });
+    }
+}

@@ -8,7 +8,7 @@ use super::super::read::ReadCtx;
 use super::super::ready::Ready;
 use super::super::reuse::{next_uses, NextUses, ReuseStore};
 use super::super::ring::RingBuf;
-use super::super::source::{Priority, RowSource};
+use super::super::source::{Priority, RowRequest, RowSource};
 use super::super::sync::lock_std as lock;
 use super::rows::PromptRows;
 use super::{Plan, PrefillSetup};
@@ -42,6 +42,8 @@ pub(super) struct TableJob {
     reuse: Option<Mutex<Reuse>>,
     pub(super) source: Arc<dyn RowSource>,
     pub(super) stats: Arc<StatsRecorder>,
+    /// The buffer page-cache warm reads land in and are dropped from.
+    warm_scratch: Mutex<Vec<u8>>,
 }
 
 /// A table's reuse store and the next use of each of its row occurrences.
@@ -92,6 +94,7 @@ impl TableJob {
             reuse: reuse_for(setup, table, row_bytes),
             source: setup.source.clone(),
             stats: setup.stats.clone(),
+            warm_scratch: Mutex::new(Vec::new()),
         }
     }
 
@@ -208,6 +211,38 @@ impl TableJob {
         }
         reuse.scratch = read;
         Ok(())
+    }
+
+    /// Reads the raw rows of tokens `start..end` that the reuse store lacks
+    /// and drops them: they are then in the page cache when the ring reads
+    /// them ([`Priority::Warm`]: a row cache does not keep them).
+    pub(super) fn warm(&self, start: u32, end: u32) -> Result<()> {
+        let mut rows: Vec<u32> = self
+            .first_uses(start, end)
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
+        if let Some(reuse) = &self.reuse {
+            let reuse = lock(reuse);
+            rows.retain(|&row| !reuse.store.contains(row));
+        }
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut scratch = lock(&self.warm_scratch);
+        let len = rows.len() * self.source.row_bytes(self.table);
+        let mut buf = sized(std::mem::take(&mut *scratch), len);
+        // Straight to the source, not through the stats: the prefill's row
+        // counts stay those of the rows it delivers (the ring's later reads
+        // of these rows are counted, as page-cache reads).
+        let request = RowRequest {
+            table: self.table,
+            rows: &rows,
+            priority: Priority::Warm,
+        };
+        let result = self.source.read(request, &mut buf[..len]).map(drop);
+        *scratch = buf;
+        result
     }
 
     /// (token, row) of the first occurrence of each distinct row of tokens

@@ -80,6 +80,8 @@ pub(crate) struct Plan {
     pub whole_table: bool,
     /// Bytes per table of the whole-prompt reuse store (0: off).
     pub reuse_bytes: u64,
+    /// Read later rows into the page cache once ring and store are full.
+    pub warm: bool,
     /// Tokens per ring chunk: a table whose consumer has waited and whose
     /// reader is fewer than this many tokens ahead of it is urgent; and the
     /// batch size before the consumer first reaches a table.
