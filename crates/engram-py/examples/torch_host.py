@@ -68,22 +68,25 @@ class Rows:
     compute: "torch.cuda.Stream | None"
     slots: dict = field(default_factory=dict)
 
-    def buffers(self, table: int, tokens: int):
-        key = (table, tokens)
+    def buffers(self, table: int, tokens: int, own_device: bool = True):
+        """The pinned host slots of (table, tokens), and with `own_device`
+        the device buffers they are copied into (a decode graph has its own)."""
+        key = (table, tokens, own_device)
         if key not in self.slots:
-            h = self
-            shape = (tokens, h.rows_per_token, ROW_DIM)
-            pin = h.device.type == "cuda"
-            dev = [torch.empty(shape, dtype=torch.float32, device=h.device) for _ in range(2)]
-            # The allocator hands out memory freed by compute-stream work that
-            # may still be queued (the host runs ahead of the GPU); the copy
-            # stream must not write it before that work is done, so its
-            # first copy into each buffer waits for this point of the
-            # compute stream.
-            allocated = None
-            if pin:
-                allocated = torch.cuda.Event()
-                allocated.record(h.compute)
+            shape = (tokens, self.rows_per_token, ROW_DIM)
+            pin = self.device.type == "cuda"
+            dev = allocated = None
+            if own_device:
+                dev = [torch.empty(shape, dtype=torch.float32, device=self.device)
+                       for _ in range(2)]
+                # The allocator hands out memory freed by compute-stream work
+                # that may still be queued (the host runs ahead of the GPU);
+                # the copy stream must not write it before that work is done,
+                # so its first copy into each buffer waits for this point of
+                # the compute stream.
+                if pin:
+                    allocated = torch.cuda.Event()
+                    allocated.record(self.compute)
             self.slots[key] = {
                 "next": 0,
                 "host": [torch.empty(shape, dtype=torch.float32, pin_memory=pin) for _ in range(2)],
@@ -132,7 +135,7 @@ class Host:
             index, rows = self.resident[seg.table]
             seg.rows.copy_(rows[index[pos:pos + 1]])
             return
-        b = self.rows.buffers(seg.table, 1)
+        b = self.rows.buffers(seg.table, 1, own_device=False)
         # The graph that last read the buffer has run (recorded after its
         # replay on the compute stream).
         self.transfer(b, lambda s: seg.rows, wait_into, lambda s: b.get("graph_done"))
@@ -170,10 +173,10 @@ class Host:
         if seg.table is not None and self.compute is not None and self.schedule != "resident":
             done = torch.cuda.Event()
             done.record(self.compute)
-            self.rows.buffers(seg.table, 1)["graph_done"] = done
+            self.rows.buffers(seg.table, 1, own_device=False)["graph_done"] = done
 
     def consumed(self, table: int, tokens: int):
-        b = self.rows.slots.get((table, tokens))
+        b = self.rows.slots.get((table, tokens, True))
         if b and "pending" in b and self.compute is not None:
             slot, ev = b.pop("pending")
             ev.record(self.compute)

@@ -217,11 +217,11 @@ impl TableJob {
     /// and drops them: they are then in the page cache when the ring reads
     /// them ([`Priority::Warm`]: a row cache does not keep them).
     pub(super) fn warm(&self, start: u32, end: u32) -> Result<()> {
-        let mut rows: Vec<u32> = self
-            .first_uses(start, end)
-            .into_iter()
-            .map(|(_, r)| r)
-            .collect();
+        // Distinct rows in row order (the order storage reads them in); which
+        // token uses a row first does not matter to the page cache.
+        let mut rows = self.row_ids(start, end);
+        rows.sort_unstable();
+        rows.dedup();
         if let Some(reuse) = &self.reuse {
             let reuse = lock(reuse);
             rows.retain(|&row| !reuse.store.contains(row));
