@@ -111,6 +111,10 @@ class Host:
         self.compute = torch.cuda.current_stream() if cuda else None
         self.copy = torch.cuda.Stream() if cuda else None
         self.gpu_wait = []  # (start, end) CUDA events around the compute stream's waits
+        # The host's prefill waits: (table, upto, start s from the prefill's
+        # start, blocked s), to tell a first-chunk stall from a steady one.
+        self.waits = []
+        self.phase_start = 0.0
         self.model = Decoder(args.sizes, args.layers, self.engram_layers,
                              info.rows_per_token, self.device, args.prefill + args.decode + 1,
                              graphs=cuda and args.graphs)
@@ -206,7 +210,10 @@ class Host:
         pf = seq.prefill(prompt) if seq is not None else None
 
         def wait_into(table, out, hi):
+            t0 = time.perf_counter()
             pf.wait_into(table, hi, out)
+            t1 = time.perf_counter()
+            self.waits.append((table, hi, t0 - started, t1 - t0))
 
         hidden = {c: self.model.embed_tokens(prompt[c[0]:c[1]]) for c in chunks}
         order = ([(i, c) for i in range(len(self.model.layers)) for c in chunks]
@@ -220,7 +227,8 @@ class Host:
         wall = time.perf_counter() - started
         if pf is not None:
             pf.end()
-        return {"wall_s": wall, "tok_s": n / wall, "checksum": digest.hexdigest()}
+        return {"wall_s": wall, "tok_s": n / wall, "checksum": digest.hexdigest(),
+                "waits": wait_profile(self.waits, ub)}
 
     def decode(self, seq) -> dict:
         n, k = self.args.prefill, self.args.decode
@@ -265,6 +273,18 @@ class Host:
         total = sum(a.elapsed_time(b) for a, b in self.gpu_wait)
         self.gpu_wait.clear()
         return total
+
+
+def wait_profile(waits: list, ubatch: int) -> dict:
+    """Where a prefill's host waits went: the first chunk's against the
+    rest's per table, and the waits over 5 ms (table, upto, start s, s)."""
+    first = {}
+    rest = {}
+    for table, hi, _, blocked in waits:
+        into = first if hi <= ubatch else rest
+        into[table] = into.get(table, 0.0) + blocked
+    return {"first_chunk_s": first, "rest_s": rest,
+            "long": [(t, hi, round(at, 4), round(s, 4)) for t, hi, at, s in waits if s > 0.005]}
 
 
 def engine_threads_cpu_s() -> float:
@@ -350,7 +370,8 @@ def run_schedule(args, schedule: str, tokens, ids, rows_gpu, info) -> dict:
             evict(args.model)
         engine = engram.open(args.model, format="f32", direct=args.direct,
                              prefetch=schedule != "sync",
-                             cache_bytes=args.cache_mib << 20 if schedule == "full" else 0)
+                             cache_bytes=args.cache_mib << 20 if schedule == "full" else 0,
+                             **args.open_options)
         seq = engine.sequence()
     cpu0 = engine_threads_cpu_s()
     prefill = host.prefill(seq)
@@ -407,6 +428,10 @@ def summarize(runs: dict, args) -> list:
                     row[f"{phase}_stall_table{t}_s"] = spread(list(values))["median"]
                 row[f"{phase}_engine_cpu_us_per_token"] = spread(
                     [r[phase].get("engine_cpu_us_per_token") for r in rs])["median"]
+            if "waits" in rs[0][phase] and schedule != "resident":
+                for part in ("first_chunk_s", "rest_s"):
+                    totals = [sum(r[phase]["waits"][part].values()) for r in rs]
+                    row[f"{phase}_host_wait_{part}"] = spread(totals)["median"]
             if rs[0][phase].get("gpu_wait_ms") is not None:
                 row[f"{phase}_gpu_wait_ms"] = spread([r[phase]["gpu_wait_ms"] for r in rs])["median"]
         rows.append(row)
@@ -469,8 +494,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-side-stream", dest="side_stream", action="store_false",
                    help="copy rows on the compute stream, synchronously (a check of the copy path)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--open", action="append", default=[], metavar="KEY=INT",
+                   help="an integer option of engram.open for the engine schedules "
+                        "(e.g. reuse_bytes=67108864); repeatable")
     p.add_argument("--json", help="write the results here")
     return p
+
+
+def open_options(pairs: list) -> dict:
+    """`--open KEY=INT` pairs as engram.open keyword arguments."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise SystemExit(f"--open {pair!r}: expected KEY=INT")
+        try:
+            options[key] = int(value, 0)
+        except ValueError:
+            raise SystemExit(f"--open {pair!r}: {value!r} is not an integer") from None
+    return options
 
 
 def main(argv=None) -> int:
@@ -479,6 +521,7 @@ def main(argv=None) -> int:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
     args.sizes = profile_sizes(args)
+    args.open_options = open_options(args.open)
     tokens = load_tokens(args)
     need = args.prefill + args.decode + 1
     if len(tokens) < need:

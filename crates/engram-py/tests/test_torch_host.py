@@ -51,7 +51,7 @@ def test_the_hash_depends_on_the_rows(model, tokens_file):
         model=str(model), tokens=str(tokens_file), profile="tiny", layers=16, prefill=300,
         decode=12, ubatch=128, sweep="layer", draft=0.79, cache_mib=16, direct=False,
         cold=False, seed=1, device="cpu", repeat=1, side_stream=True, ffn=None, layer_us=None,
-        graphs=True)
+        graphs=True, open_options={})
     ns.sizes = torch_host.profile_sizes(ns)
     tokens = torch_host.load_tokens(ns)[:313]
     with engram.open(model) as probe:
