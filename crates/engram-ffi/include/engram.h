@@ -22,6 +22,14 @@
 // `engram_options.backend`: lazy mmap, rows copied out (the baseline).
 #define ENGRAM_BACKEND_MMAP 3
 
+// `engram_options.prefill_order`: learned from the waits (the lower table
+// first until the consumer waits on another; right for a layer sweep).
+#define ENGRAM_PREFILL_ORDER_AUTO 0
+
+// `engram_options.prefill_order`: the runtime takes each prefill chunk
+// through all layers before the next; rows are read chunk by chunk.
+#define ENGRAM_PREFILL_ORDER_CHUNK 1
+
 // Row format: the bytes as stored (`row_bytes` per row, e.g. 264).
 #define ENGRAM_FORMAT_RAW 0
 
@@ -133,8 +141,10 @@ typedef struct engram_options {
   const char *hot_path;
   // 1: `mlock` the hot rows (fails when `RLIMIT_MEMLOCK` is too low).
   uint32_t hot_mlock;
-  // Must be zero (keeps the struct free of hidden padding).
-  uint32_t reserved;
+  // `ENGRAM_PREFILL_ORDER_AUTO` (0, the default; a field older callers
+  // left zero as reserved) or `ENGRAM_PREFILL_ORDER_CHUNK`: how the
+  // runtime's prefill goes through the tables (ENGRAM_PREFILL_ORDER).
+  uint32_t prefill_order;
 } engram_options;
 
 // Facts about an engine, from `engram_engine_info`.

@@ -5,7 +5,7 @@ use std::ffi::c_char;
 use engram::hot::HotConfig;
 use engram::io::{Backend, IoConfig};
 use engram::open::EngineBuilder;
-use engram::prefetch::{PrefetchConfig, RowFormat};
+use engram::prefetch::{PrefetchConfig, PrefillOrder, RowFormat};
 
 use crate::ptr::write_out;
 use crate::status::{call, engram_status, FfiError, FfiResult};
@@ -19,6 +19,13 @@ pub const ENGRAM_BACKEND_PSYNC: u32 = 1;
 pub const ENGRAM_BACKEND_URING: u32 = 2;
 /// `engram_options.backend`: lazy mmap, rows copied out (the baseline).
 pub const ENGRAM_BACKEND_MMAP: u32 = 3;
+
+/// `engram_options.prefill_order`: learned from the waits (the lower table
+/// first until the consumer waits on another; right for a layer sweep).
+pub const ENGRAM_PREFILL_ORDER_AUTO: u32 = 0;
+/// `engram_options.prefill_order`: the runtime takes each prefill chunk
+/// through all layers before the next; rows are read chunk by chunk.
+pub const ENGRAM_PREFILL_ORDER_CHUNK: u32 = 1;
 
 /// Row format: the bytes as stored (`row_bytes` per row, e.g. 264).
 pub const ENGRAM_FORMAT_RAW: u32 = 0;
@@ -80,8 +87,10 @@ pub struct engram_options {
     pub hot_path: *const c_char,
     /// 1: `mlock` the hot rows (fails when `RLIMIT_MEMLOCK` is too low).
     pub hot_mlock: u32,
-    /// Must be zero (keeps the struct free of hidden padding).
-    pub reserved: u32,
+    /// `ENGRAM_PREFILL_ORDER_AUTO` (0, the default; a field older callers
+    /// left zero as reserved) or `ENGRAM_PREFILL_ORDER_CHUNK`: how the
+    /// runtime's prefill goes through the tables (ENGRAM_PREFILL_ORDER).
+    pub prefill_order: u32,
 }
 
 /// Sizes of earlier versions of `engram_options` that are still accepted:
@@ -118,7 +127,10 @@ impl engram_options {
             cache_bytes: 0,
             hot_path: std::ptr::null(),
             hot_mlock: 0,
-            reserved: 0,
+            prefill_order: match p.prefill_order {
+                PrefillOrder::Auto => ENGRAM_PREFILL_ORDER_AUTO,
+                PrefillOrder::Chunk => ENGRAM_PREFILL_ORDER_CHUNK,
+            },
         }
     }
 
@@ -188,6 +200,7 @@ impl engram_options {
                 format: format(self.format, "options.format")?,
                 workers: self.workers as usize,
                 decode_workers: self.decode_workers as usize,
+                prefill_order: prefill_order(self.prefill_order)?,
                 ..PrefetchConfig::default()
             },
             cache_bytes: self.cache_bytes,
@@ -195,9 +208,6 @@ impl engram_options {
             hot: unsafe { self.hot() }?,
             faults: None,
         };
-        if self.reserved != 0 {
-            return Err(FfiError::invalid("options.reserved must be 0"));
-        }
         builder.validate()?;
         Ok(builder)
     }
@@ -239,6 +249,17 @@ fn backend(value: u32) -> FfiResult<Backend> {
         ENGRAM_BACKEND_MMAP => Ok(Backend::Mmap),
         v => Err(FfiError::invalid(format!(
             "options.backend {v} is not an ENGRAM_BACKEND_* value (0..=3)"
+        ))),
+    }
+}
+
+fn prefill_order(value: u32) -> FfiResult<PrefillOrder> {
+    match value {
+        ENGRAM_PREFILL_ORDER_AUTO => Ok(PrefillOrder::Auto),
+        ENGRAM_PREFILL_ORDER_CHUNK => Ok(PrefillOrder::Chunk),
+        v => Err(FfiError::invalid(format!(
+            "options.prefill_order {v} is not ENGRAM_PREFILL_ORDER_AUTO (0) or \
+             ENGRAM_PREFILL_ORDER_CHUNK (1)"
         ))),
     }
 }

@@ -100,16 +100,16 @@ fn hot_path_serves_the_same_rows_and_bad_files_fail_open() {
     expect(status, ENGRAM_FORMAT, "truncated");
     assert!(engine.is_null());
     opts.hot_path = std::ptr::null();
-    opts.reserved = 1;
+    opts.prefill_order = 7;
     let (status, _) = open(&path, &opts);
-    expect(status, ENGRAM_INVALID_ARGUMENT, "options.reserved");
+    expect(status, ENGRAM_INVALID_ARGUMENT, "options.prefill_order");
 
     // An older caller's struct ends before hot_path: whatever lies past
     // its size (here a pointer no one may follow) is not read.
     let mut old = options();
     old.struct_size = 72;
     old.hot_path = std::ptr::dangling::<c_char>();
-    old.reserved = 7;
+    old.prefill_order = 7;
     let (status, engine) = open(&path, &old);
     ok(status);
     // SAFETY: a live handle.

@@ -50,6 +50,8 @@ import torch  # noqa: E402
 
 import engram
 
+from host_measure import (Timeline, engine_threads_cpu_s, evict,  # noqa: E402
+                          stall_summary, summarize, wait_profile)
 from torch_model import PROFILES, ROW_DIM, Decoder, calibrate_ffn, rmsnorm  # noqa: E402
 
 SCHEDULES = ("resident", "sync", "overlap", "full")
@@ -111,6 +113,7 @@ class Host:
         self.compute = torch.cuda.current_stream() if cuda else None
         self.copy = torch.cuda.Stream() if cuda else None
         self.gpu_wait = []  # (start, end) CUDA events around the compute stream's waits
+        self.timeline = Timeline(self.compute)
         # The host's prefill waits: (table, upto, start s from the prefill's
         # start, blocked s), to tell a first-chunk stall from a steady one.
         self.waits = []
@@ -219,16 +222,21 @@ class Host:
         order = ([(i, c) for i in range(len(self.model.layers)) for c in chunks]
                  if self.args.sweep == "layer"
                  else [(i, c) for c in chunks for i in range(len(self.model.layers))])
+        self.timeline.mark("start")
         for i, (lo, hi) in order:
             hidden[(lo, hi)] = self.layer(i, hidden[(lo, hi)], lo, hi,
                                           lambda t, out, hi=hi: wait_into(t, out, hi))
+            # An Engram layer's interval holds its wait for the rows' copy
+            # and any idle while the host was blocked getting them.
+            self.timeline.mark(f"engram{self.engram_layers[i]}" if i in self.engram_layers
+                               else "layers")
         final = torch.cat([hidden[c] for c in chunks])
         digest = hashlib.blake2b(final.float().cpu().numpy().tobytes(), digest_size=16)
         wall = time.perf_counter() - started
         if pf is not None:
             pf.end()
         return {"wall_s": wall, "tok_s": n / wall, "checksum": digest.hexdigest(),
-                "waits": wait_profile(self.waits, ub)}
+                "waits": wait_profile(self.waits, ub), "gpu_ms": self.timeline.totals_ms()}
 
     def decode(self, seq) -> dict:
         n, k = self.args.prefill, self.args.decode
@@ -238,34 +246,50 @@ class Host:
         step_s = []
         self.sync()
         started = time.perf_counter()
+        host = {"step_begin": 0.0, "hint": 0.0}  # host seconds in engine calls
         for s in range(k):
             t0 = time.perf_counter()
             pos = n + s
             token = int(self.tokens[pos])
+            guess = None
             if seq is not None:
                 seq.step_begin(token)  # the token is on the host: reads start now
+                host["step_begin"] += time.perf_counter() - t0
                 if self.schedule == "full" and pos + 1 < len(self.tokens):
                     right = drafts.random() < self.args.draft
                     guess = int(self.tokens[pos + 1]) if right else drafts.randrange(vocab)
-                    seq.hint([guess])
+            self.timeline.mark("between")  # the sampling sync and the host's turn
             h = self.model.embed_tokens(self.tokens[pos:pos + 1])
             self.model.pos.fill_(pos)
-            for seg in self.model.segments:
+            for i, seg in enumerate(self.model.segments):
                 if seg.table is not None:
                     self.deliver_step(seg, pos, lambda out, t=seg.table: seq.step_wait_into(t, out))
+                    self.timeline.mark(f"rows{seg.table}")  # idle until this table's rows
                 if seg.graph is None:
                     seg.h_in = h
                 elif seg.h_in is not h:
                     seg.h_in.copy_(h)
                 h = seg.run()
+                self.timeline.mark(f"segment{i}")
                 self.step_done(seg)
+                if i == 0 and guess is not None:
+                    # After the first layers are launched: the hint is for
+                    # the next step, and the GPU need not idle while it is
+                    # handed over.
+                    t1 = time.perf_counter()
+                    seq.hint([guess])
+                    host["hint"] += time.perf_counter() - t1
             logits = rmsnorm(h) @ self.model.head.T
             _sampled = int(logits.argmax())  # the sampling sync of a real runtime
+            self.timeline.mark("head")
             digest.update(h.float().cpu().numpy().tobytes())
             step_s.append(time.perf_counter() - t0)
         wall = time.perf_counter() - started
+        gpu_ms = self.timeline.totals_ms()
         return {"wall_s": wall, "tok_s": k / wall if k else 0.0,
                 "step_ms_p50": 1e3 * statistics.median(step_s) if step_s else 0.0,
+                "host_us_per_step": {key: 1e6 * v / max(k, 1) for key, v in host.items()},
+                "gpu_us_per_step": {key: 1e3 * v / max(k, 1) for key, v in gpu_ms.items()},
                 "checksum": digest.hexdigest()}
 
     def gpu_wait_ms(self) -> float:
@@ -273,52 +297,6 @@ class Host:
         total = sum(a.elapsed_time(b) for a, b in self.gpu_wait)
         self.gpu_wait.clear()
         return total
-
-
-def wait_profile(waits: list, ubatch: int) -> dict:
-    """Where a prefill's host waits went: the first chunk's against the
-    rest's per table, and the waits over 5 ms (table, upto, start s, s)."""
-    first = {}
-    rest = {}
-    for table, hi, _, blocked in waits:
-        into = first if hi <= ubatch else rest
-        into[table] = into.get(table, 0.0) + blocked
-    return {"first_chunk_s": first, "rest_s": rest,
-            "long": [(t, hi, round(at, 4), round(s, 4)) for t, hi, at, s in waits if s > 0.005]}
-
-
-def engine_threads_cpu_s() -> float:
-    """CPU time (user + system) of the engine's reader threads, Linux only."""
-    total = 0
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    try:
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/comm") as f:
-                    name = f.read().strip()
-                if not (name.startswith("engram-") or name.startswith("iou-")):
-                    continue
-                with open(f"/proc/self/task/{tid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
-            except OSError:
-                continue
-    except OSError:
-        return float("nan")
-    return total / tick
-
-
-def evict(path: str):
-    """Drops the model's files from the page cache (Linux), so reads are cold."""
-    files = [path] if os.path.isfile(path) else [
-        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
-    for name in files:
-        fd = os.open(name, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def load_tokens(args) -> np.ndarray:
@@ -347,19 +325,6 @@ def resident_rows(args, engine, ids: np.ndarray, device):
     return out
 
 
-def stall_summary(phase: dict) -> dict:
-    """The engine's stall report of one phase (``Sequence.stall``): per token
-    summed over the tables, and each table's total."""
-    total = phase.get("stall_per_token_total") or {}
-    return {
-        "per_token_us": {k: total.get(k) for k in ("count", "mean_us", "p50_us", "p90_us",
-                                                    "p99_us", "max_us")},
-        "per_table_s": [t.get("stall_total_us", 0.0) / 1e6 for t in phase.get("tables", [])],
-        "rows_from_storage": sum(t.get("rows_unique", 0) - t.get("cache_hits", 0)
-                                 - t.get("hot_hits", 0) for t in phase.get("tables", [])),
-    }
-
-
 def run_schedule(args, schedule: str, tokens, ids, rows_gpu, info) -> dict:
     torch.manual_seed(0)
     host = Host(args, schedule, info, tokens, ids, rows_gpu)
@@ -368,10 +333,13 @@ def run_schedule(args, schedule: str, tokens, ids, rows_gpu, info) -> dict:
     if schedule != "resident":
         if args.cold:
             evict(args.model)
+        # The runtime knows its sweep, and says so (--open may override it).
+        options = {"prefill_order": "chunk" if args.sweep == "chunk" else "auto",
+                   **args.open_options}
         engine = engram.open(args.model, format="f32", direct=args.direct,
                              prefetch=schedule != "sync",
                              cache_bytes=args.cache_mib << 20 if schedule == "full" else 0,
-                             **args.open_options)
+                             **options)
         seq = engine.sequence()
     cpu0 = engine_threads_cpu_s()
     prefill = host.prefill(seq)
@@ -393,58 +361,6 @@ def run_schedule(args, schedule: str, tokens, ids, rows_gpu, info) -> dict:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return result
-
-
-def spread(values: list) -> dict:
-    values = sorted(v for v in values if v is not None)
-    if not values:
-        return {"median": None, "min": None, "max": None}
-    return {"median": statistics.median(values), "min": values[0], "max": values[-1]}
-
-
-def summarize(runs: dict, args) -> list:
-    """Per schedule: medians (and min-max) over the repeats, tok/s as a share
-    of `resident` taken within each repeat."""
-    floor = runs.get("resident")
-    rows = []
-    for schedule, rs in runs.items():
-        row = {"schedule": schedule}
-        for phase in ("prefill", "decode"):
-            tok = [r[phase]["tok_s"] for r in rs]
-            row[f"{phase}_tok_s"] = spread(tok)["median"]
-            if floor:
-                ratios = [r[phase]["tok_s"] / f[phase]["tok_s"] for r, f in zip(rs, floor)
-                          if f[phase]["tok_s"]]
-                sp = spread(ratios)
-                row[f"{phase}_of_resident"] = sp["median"]
-                row[f"{phase}_of_resident_min"] = sp["min"]
-                row[f"{phase}_of_resident_max"] = sp["max"]
-            if "stall" in rs[0][phase]:
-                per_token = [r[phase]["stall"]["per_token_us"] for r in rs]
-                for key in ("mean_us", "p50_us", "p99_us"):
-                    row[f"{phase}_stall_{key}"] = spread([p.get(key) for p in per_token])["median"]
-                tables = zip(*[r[phase]["stall"]["per_table_s"] for r in rs])
-                for t, values in enumerate(tables):
-                    row[f"{phase}_stall_table{t}_s"] = spread(list(values))["median"]
-                row[f"{phase}_engine_cpu_us_per_token"] = spread(
-                    [r[phase].get("engine_cpu_us_per_token") for r in rs])["median"]
-            if "waits" in rs[0][phase] and schedule != "resident":
-                for part in ("first_chunk_s", "rest_s"):
-                    totals = [sum(r[phase]["waits"][part].values()) for r in rs]
-                    row[f"{phase}_host_wait_{part}"] = spread(totals)["median"]
-            if rs[0][phase].get("gpu_wait_ms") is not None:
-                row[f"{phase}_gpu_wait_ms"] = spread([r[phase]["gpu_wait_ms"] for r in rs])["median"]
-        rows.append(row)
-    if floor:
-        # The compute alone, per layer: for the replay bench's
-        # `--compute gpu:custom:PREFILL_US,DECODE_US,LAYERS`.
-        p = spread([r["prefill"]["tok_s"] for r in floor])["median"]
-        d = spread([r["decode"]["tok_s"] for r in floor])["median"]
-        rows.append({"schedule": "compute_profile",
-                     "prefill_us_per_token_layer": 1e6 / p / args.layers,
-                     "decode_us_per_layer": 1e6 / d / args.layers if d else 0.0,
-                     "layers": args.layers})
-    return rows
 
 
 def profile_sizes(args) -> dict:
@@ -494,24 +410,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-side-stream", dest="side_stream", action="store_false",
                    help="copy rows on the compute stream, synchronously (a check of the copy path)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--open", action="append", default=[], metavar="KEY=INT",
-                   help="an integer option of engram.open for the engine schedules "
-                        "(e.g. reuse_bytes=67108864); repeatable")
+    p.add_argument("--open", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of engram.open for the engine schedules, an integer "
+                        "or a name (e.g. reuse_bytes=67108864, backend=uring); repeatable")
     p.add_argument("--json", help="write the results here")
     return p
 
 
 def open_options(pairs: list) -> dict:
-    """`--open KEY=INT` pairs as engram.open keyword arguments."""
+    """`--open KEY=VALUE` pairs as engram.open keyword arguments."""
     options = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.isidentifier():
-            raise SystemExit(f"--open {pair!r}: expected KEY=INT")
+            raise SystemExit(f"--open {pair!r}: expected KEY=VALUE")
         try:
             options[key] = int(value, 0)
         except ValueError:
-            raise SystemExit(f"--open {pair!r}: {value!r} is not an integer") from None
+            options[key] = value  # a name: backend=uring, prefill_order=chunk
     return options
 
 

@@ -3,7 +3,7 @@
 //! named in every error; nothing past this module sees a Python object.
 
 use engram::io::Backend;
-use engram::prefetch::RowFormat;
+use engram::prefetch::{PrefillOrder, RowFormat};
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -156,6 +156,15 @@ pub(crate) fn format_name(format: RowFormat) -> &'static str {
         RowFormat::F32 => "f32",
         RowFormat::Raw => "raw",
     }
+}
+
+/// A prefill order name (`prefill_order`).
+pub(crate) fn prefill_order(name: &str) -> PyResult<PrefillOrder> {
+    PrefillOrder::parse(name).ok_or_else(|| {
+        invalid(format!(
+            "prefill_order {name:?}: expected \"auto\" or \"chunk\""
+        ))
+    })
 }
 
 /// A backend name.

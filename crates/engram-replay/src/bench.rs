@@ -219,6 +219,7 @@ fn run_one(
         cache_bytes: config.cache_bytes,
         lookup_hints: config.hints == HintMode::Lookup,
         hot: hot.cloned(),
+        prefill_order: config.sweep.prefill_order(),
     };
     if config.cold {
         evict_tables(model)?;

@@ -39,6 +39,15 @@ impl Sweep {
             Sweep::Chunk => "chunk",
         }
     }
+
+    /// What a runtime with this sweep tells the engine: a chunk sweep says
+    /// so; a layer sweep is what the engine's default learns.
+    pub fn prefill_order(self) -> engram::prefetch::PrefillOrder {
+        match self {
+            Sweep::Layer => engram::prefetch::PrefillOrder::Auto,
+            Sweep::Chunk => engram::prefetch::PrefillOrder::Chunk,
+        }
+    }
 }
 
 /// How the replay drives the forward pass.

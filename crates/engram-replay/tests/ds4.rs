@@ -44,6 +44,7 @@ fn setup(model: &Model) -> ScheduleSetup<'_> {
         cache_bytes: 0,
         lookup_hints: false,
         hot: None,
+        prefill_order: Default::default(),
     }
 }
 

@@ -84,6 +84,8 @@ pub struct MemSource {
     pub hint_calls: AtomicUsize,
     /// Rows read at [`Priority::Warm`] so far, per table (two tables).
     pub warm_rows: [AtomicUsize; 2],
+    /// The table of every read call at [`Priority::Prefill`], in call order.
+    pub prefill_tables: std::sync::Mutex<Vec<usize>>,
 }
 
 impl MemSource {
@@ -120,6 +122,12 @@ impl RowSource for MemSource {
             if let Some(count) = self.warm_rows.get(table) {
                 count.fetch_add(rows.len(), Ordering::Relaxed);
             }
+        }
+        if priority == Priority::Prefill {
+            self.prefill_tables
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(table);
         }
         if let Some(d) = self.delay {
             std::thread::sleep(d); // stands in for device latency

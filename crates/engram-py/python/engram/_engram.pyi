@@ -115,6 +115,7 @@ def open(
     decode_workers: int = 2,
     reuse_bytes: Optional[int] = None,
     prefill_batches_in_flight: int = 1,
+    prefill_order: Optional[Literal["auto", "chunk"]] = None,
     hot: Optional[Union[str, os.PathLike[str]]] = None,
     hot_mlock: bool = False,
     inject_latency_us: int = 0,
@@ -126,6 +127,12 @@ def open(
 
     prefetch, pipeline and batch left None follow the ENGRAM_PREFETCH,
     ENGRAM_PIPELINE and ENGRAM_BATCH environment switches (0 off), else on.
+
+    prefill_order says how the runtime's prefill goes through the tables:
+    "chunk" when it takes each chunk through all layers before the next
+    (rows are then read chunk by chunk, table by table); "auto" learns it
+    from the waits (right for a layer sweep). None follows
+    ENGRAM_PREFILL_ORDER, else "auto".
     """
 
 def synth(

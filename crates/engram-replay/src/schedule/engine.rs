@@ -36,6 +36,9 @@ impl EngineSchedule {
             },
             ..PrefetchConfig::from_env()
         };
+        if std::env::var_os("ENGRAM_PREFILL_ORDER").is_none() {
+            config.prefill_order = setup.prefill_order; // the env var wins, for A/B runs
+        }
         let io = IoConfig {
             readers: config.readers,
             ..setup.io.clone()

@@ -102,6 +102,9 @@ pub struct ScheduleSetup<'a> {
     pub lookup_hints: bool,
     /// Hot tier of the engine schedules (loaded once, shared read-only).
     pub hot: Option<std::sync::Arc<engram::hot::HotSet>>,
+    /// The prefill order the engine schedules are told, as a runtime that
+    /// knows its own sweep tells it ([`engram::prefetch::PrefillOrder`]).
+    pub prefill_order: engram::prefetch::PrefillOrder,
 }
 
 /// Builds a fresh schedule of `kind`.

@@ -10,6 +10,44 @@ use crate::{Error, Result};
 /// prompts hold no more (docs/bench.md, "Memory by need").
 const DEFAULT_REUSE_BYTES: u64 = 16 << 20;
 
+/// The order a runtime's prefill goes through the Engram tables, which
+/// decides the order the readers fetch batches in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PrefillOrder {
+    /// Learned from the waits (default): the lower table first, since its
+    /// layer comes first, until a consumer shows by waiting that it needs
+    /// another table soon. Right for a layer sweep (every chunk through a
+    /// layer before the next layer), where table 1 is needed only after all
+    /// of table 0; in a chunk sweep it costs table 1's first wait, which
+    /// sits behind table 0's later batches.
+    #[default]
+    Auto,
+    /// The runtime sends each chunk through all layers before the next
+    /// (a llama.cpp-style ubatch loop): batches are read in the order that
+    /// consumer needs them, chunk by chunk (the span of its first wait) and
+    /// within a chunk table by table.
+    Chunk,
+}
+
+impl PrefillOrder {
+    /// `auto` or `chunk`; `None` for anything else.
+    pub fn parse(name: &str) -> Option<PrefillOrder> {
+        match name.trim() {
+            "auto" => Some(PrefillOrder::Auto),
+            "chunk" => Some(PrefillOrder::Chunk),
+            _ => None,
+        }
+    }
+
+    /// The name [`PrefillOrder::parse`] takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            PrefillOrder::Auto => "auto",
+            PrefillOrder::Chunk => "chunk",
+        }
+    }
+}
+
 /// How rows are handed to the consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RowFormat {
@@ -39,6 +77,9 @@ pub struct PrefetchConfig {
     /// Read batches of one prefill in flight at once, at most one per table
     /// (default 1: the device serves the most urgent batch first).
     pub prefill_batches_in_flight: usize,
+    /// The order the runtime's prefill consumes the tables in
+    /// (ENGRAM_PREFILL_ORDER=auto or chunk; default [`PrefillOrder::Auto`]).
+    pub prefill_order: PrefillOrder,
     /// Ring capacity per table, in chunks: prefill row memory per table is
     /// at most `ring_chunks * chunk_tokens * rows_per_token * row_bytes`
     /// (default 2 chunks of 1,024 tokens: 12.4 MiB of 264-byte rows per
@@ -112,6 +153,7 @@ impl Default for PrefetchConfig {
             first_chunk_tokens: 128,
             read_batch_tokens: 256,
             prefill_batches_in_flight: 1,
+            prefill_order: PrefillOrder::Auto,
             ring_chunks: 2,
             reuse_bytes: DEFAULT_REUSE_BYTES,
             warm_page_cache: true,
@@ -144,7 +186,9 @@ impl PrefetchConfig {
     /// ENGRAM_RESIDENT and ENGRAM_WARM as looked up by `var`: a value of `0` turns the
     /// feature off, `1` on; unset or anything else leaves it as it is. And
     /// ENGRAM_READERS: a [`ReaderSched`] name sets [`PrefetchConfig::readers`];
-    /// unset or anything else leaves it. And ENGRAM_REUSE_MIB: a whole
+    /// unset or anything else leaves it. ENGRAM_PREFILL_ORDER: a
+    /// [`PrefillOrder`] name sets [`PrefetchConfig::prefill_order`]. And
+    /// ENGRAM_REUSE_MIB: a whole
     /// number of MiB sets [`PrefetchConfig::reuse_bytes`] (the trade
     /// between a long prompt's stall and its memory, for A/B runs).
     pub fn apply_env_from(&mut self, var: impl Fn(&str) -> Option<String>) {
@@ -163,6 +207,12 @@ impl PrefetchConfig {
             .and_then(ReaderSched::parse)
         {
             self.readers = class;
+        }
+        if let Some(order) = var("ENGRAM_PREFILL_ORDER")
+            .as_deref()
+            .and_then(PrefillOrder::parse)
+        {
+            self.prefill_order = order;
         }
         if let Some(mib) = var("ENGRAM_REUSE_MIB").and_then(|v| v.trim().parse::<u64>().ok()) {
             self.reuse_bytes = mib << 20;

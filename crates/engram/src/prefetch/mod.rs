@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{PrefetchConfig, RowFormat};
+pub use config::{PrefetchConfig, PrefillOrder, RowFormat};
 #[cfg(any(test, feature = "test_utils"))]
 pub use guard::PanicSite;
 pub use prefill::Prefill;
@@ -423,6 +423,7 @@ impl Sequence {
             reuse_bytes: config.reuse_bytes,
             warm: config.warm_page_cache,
             chunk: config.chunk_tokens,
+            order: config.prefill_order,
         };
         let tables = self.tables();
         let cols = vec![self.shared.columns; tables];

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Engine, PanicSite, PrefetchConfig};
+use super::{Engine, PanicSite, PrefetchConfig, PrefillOrder};
 use crate::layout::Layout;
 use crate::testing::{row_bytes_of, small_prefetch, within, MemSource, ROW_BYTES};
 use crate::Error;
@@ -270,6 +270,46 @@ fn a_full_ring_and_store_go_on_warming_the_page_cache_unless_told_not_to() {
             drop(prefill);
             if !warm {
                 assert_eq!(probe.warm_rows[1].load(Ordering::Relaxed), 0);
+            }
+        });
+    }
+}
+
+/// A chunk sweep needs table 1's first chunk right after table 0's. Told
+/// [`PrefillOrder::Chunk`], the readers read it before table 0's next
+/// chunk; left [`PrefillOrder::Auto`], table 0 goes on first (right for a
+/// layer sweep) until table 1's consumer waits.
+#[test]
+fn a_chunk_order_reads_every_tables_first_chunk_before_the_next_chunk() {
+    for order in [PrefillOrder::Auto, PrefillOrder::Chunk] {
+        let source = Arc::new(MemSource {
+            // Long enough that the consumer's first wait (which says its
+            // chunk is 16 tokens) comes before the first batch is read.
+            delay: Some(Duration::from_millis(20)),
+            ..MemSource::for_layout(&layout())
+        });
+        let config = PrefetchConfig {
+            prefill_order: order,
+            reuse_bytes: 0,
+            warm_page_cache: false,
+            ..small_prefetch()
+        };
+        let engine = Engine::new(source.clone(), layout(), config).unwrap();
+        let probe = source.clone();
+        within(LIMIT, move || {
+            let mut seq = engine.sequence();
+            let tokens: Vec<u32> = (0..64u32).map(|i| (i * 7919 + 11) % VOCAB).collect();
+            let mut prefill = seq.prefill(&tokens, None).unwrap();
+            prefill.wait(0, 16).unwrap();
+            // The layers between the two Engram layers.
+            std::thread::sleep(Duration::from_millis(5));
+            prefill.wait(1, 16).unwrap();
+            let tables = super::sync::lock_std(&probe.prefill_tables).clone();
+            // Table 0's first chunk is three batches: 0..4, 4..8, 8..16.
+            let before_table_1 = tables.iter().take_while(|&&t| t == 0).count();
+            match order {
+                PrefillOrder::Chunk => assert_eq!(before_table_1, 3, "{tables:?}"),
+                PrefillOrder::Auto => assert!(before_table_1 >= 4, "{tables:?}"),
             }
         });
     }

@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 use super::pool::PoolShared;
 use super::source::RowSource;
 use super::view::RowsView;
+use super::PrefillOrder;
 use crate::codec::Encoding;
 use crate::stats::{Phase, StatsRecorder};
 use crate::{Error, Result};
@@ -86,6 +87,8 @@ pub(crate) struct Plan {
     /// reader is fewer than this many tokens ahead of it is urgent; and the
     /// batch size before the consumer first reaches a table.
     pub chunk: u32,
+    /// The order the consumer goes through the tables in.
+    pub order: PrefillOrder,
 }
 
 /// Per-table consumer state of a prefill.
@@ -190,6 +193,7 @@ impl<'s> Prefill<'s> {
         job.released.store(from, Ordering::Release);
         job.consumed.store(upto, Ordering::Relaxed);
         job.consumer_started.store(true, Ordering::Relaxed);
+        core.learn_span(upto);
         let started = Instant::now();
         let result = match core.plan.mode {
             Mode::Overlap => {

@@ -2,7 +2,7 @@
 //! pool task that reads it, and cancellation.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::super::guard::{panic_message, Leaving, PanicSite};
@@ -11,6 +11,7 @@ use super::super::ready::InFlight;
 use super::super::sync::lock_std as lock;
 use super::job::TableJob;
 use super::Plan;
+use crate::prefetch::PrefillOrder;
 use crate::stats::Phase;
 use crate::{Error, Result};
 
@@ -40,6 +41,9 @@ pub(super) struct PrefillCore {
     pub(super) id: u64,
     pub(super) jobs: Vec<TableJob>,
     pub(super) plan: Plan,
+    /// Tokens of the consumer's first wait (0 until it waits): the chunk a
+    /// [`PrefillOrder::Chunk`] consumer takes through all layers at a time.
+    span: AtomicU32,
     sched: Mutex<Sched>,
     /// Pool tasks holding this prefill; its own `Arc` so a task can drop its
     /// reference to the core before it leaves (then `cancel_and_join`
@@ -61,6 +65,7 @@ impl PrefillCore {
             id,
             jobs,
             plan,
+            span: AtomicU32::new(0),
             sched: Mutex::new(Sched {
                 next: vec![0; tables],
                 ahead: vec![0; tables],
@@ -94,10 +99,19 @@ impl PrefillCore {
         }
     }
 
+    /// Records the span of the consumer's first wait, `upto` tokens.
+    pub(super) fn learn_span(&self, upto: u32) {
+        let _ = self
+            .span
+            .compare_exchange(0, upto, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
     /// Rank of the batch of `table` starting at `start` (lowest first):
-    /// a table the consumer is blocked on; then an urgent table (its
-    /// consumer has waited on it and the reader is less than `chunk`
-    /// tokens ahead), earliest tokens first; then the lowest table.
+    /// a table the consumer is blocked on; then, in [`PrefillOrder::Chunk`],
+    /// every ring batch by the consumer's chunk it falls in, then table;
+    /// otherwise an urgent table (its consumer has waited on it and the
+    /// reader is less than `chunk` tokens ahead), earliest tokens first;
+    /// then the lowest table.
     ///
     /// Why not earliest tokens first everywhere: when the consumer goes
     /// through every token at one layer before the next (a layer sweep),
@@ -112,8 +126,19 @@ impl PrefillCore {
             // before the next table's.
             return (2, 2 * table as u32 + 1, start);
         }
-        if job.waited_on.load(Ordering::Relaxed) {
+        // Blocked: the consumer waits on tokens this batch reads (a wait
+        // its last batch has just satisfied does not count, though the
+        // waiter has not yet woken to say so).
+        if job.waited_on.load(Ordering::Relaxed) && start < job.consumed.load(Ordering::Relaxed) {
             return (0, start, table as u32);
+        }
+        if self.plan.order == PrefillOrder::Chunk {
+            // Before the first wait says the consumer's chunk, a read batch.
+            let span = match self.span.load(Ordering::Relaxed) {
+                0 => self.plan.read_batch,
+                span => span,
+            };
+            return (1, start / span, table as u32);
         }
         let lead = start.saturating_sub(job.consumed.load(Ordering::Relaxed));
         if job.consumer_started.load(Ordering::Relaxed) && lead < self.plan.chunk {

@@ -1,0 +1,159 @@
+"""What a torch_host run measures and reports: CUDA-event timelines of the
+compute stream, the prefill's host waits, the engine's reader-thread CPU,
+the page-cache eviction before a cold run, and the summary over repeats.
+Kept apart from torch_host.py, which drives the model and moves the rows."""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import torch
+
+
+class Timeline:
+    """CUDA events on the compute stream at labelled points: the GPU time
+    between two marks is put under the later mark's label, so a phase's
+    GPU time splits into its parts (e.g. the layers before an Engram block
+    against the Engram block with its wait for the rows). No-op on CPU."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.marks = []
+
+    def mark(self, label: str):
+        if self.stream is not None:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(self.stream)
+            self.marks.append((label, event))
+
+    def totals_ms(self) -> dict:
+        """GPU milliseconds per label since the first mark; clears the marks."""
+        if not self.marks:
+            return {}
+        self.marks[-1][1].synchronize()
+        out = {}
+        for (_, a), (label, b) in zip(self.marks, self.marks[1:]):
+            out[label] = out.get(label, 0.0) + a.elapsed_time(b)
+        self.marks.clear()
+        return out
+
+
+def wait_profile(waits: list, ubatch: int) -> dict:
+    """Where a prefill's host waits went: the first chunk's against the
+    rest's per table, and the waits over 5 ms (table, upto, start s, s)."""
+    first = {}
+    rest = {}
+    for table, hi, _, blocked in waits:
+        into = first if hi <= ubatch else rest
+        into[table] = into.get(table, 0.0) + blocked
+    return {"first_chunk_s": first, "rest_s": rest,
+            "long": [(t, hi, round(at, 4), round(s, 4)) for t, hi, at, s in waits if s > 0.005]}
+
+
+def engine_threads_cpu_s() -> float:
+    """CPU time (user + system) of the engine's reader threads, Linux only."""
+    total = 0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                if not (name.startswith("engram-") or name.startswith("iou-")):
+                    continue
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+            except OSError:
+                continue
+    except OSError:
+        return float("nan")
+    return total / tick
+
+
+def evict(path: str):
+    """Drops the model's files from the page cache (Linux), so reads are cold."""
+    files = [path] if os.path.isfile(path) else [
+        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+    for name in files:
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def stall_summary(phase: dict) -> dict:
+    """The engine's stall report of one phase (``Sequence.stall``): per token
+    summed over the tables, and each table's total."""
+    total = phase.get("stall_per_token_total") or {}
+    return {
+        "per_token_us": {k: total.get(k) for k in ("count", "mean_us", "p50_us", "p90_us",
+                                                    "p99_us", "max_us")},
+        "per_table_s": [t.get("stall_total_us", 0.0) / 1e6 for t in phase.get("tables", [])],
+        "rows_from_storage": sum(t.get("rows_unique", 0) - t.get("cache_hits", 0)
+                                 - t.get("hot_hits", 0) for t in phase.get("tables", [])),
+    }
+
+
+def spread(values: list) -> dict:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(values), "min": values[0], "max": values[-1]}
+
+
+def summarize(runs: dict, args) -> list:
+    """Per schedule: medians (and min-max) over the repeats, tok/s as a share
+    of `resident` taken within each repeat."""
+    floor = runs.get("resident")
+    rows = []
+    for schedule, rs in runs.items():
+        row = {"schedule": schedule}
+        for phase in ("prefill", "decode"):
+            tok = [r[phase]["tok_s"] for r in rs]
+            row[f"{phase}_tok_s"] = spread(tok)["median"]
+            if floor:
+                ratios = [r[phase]["tok_s"] / f[phase]["tok_s"] for r, f in zip(rs, floor)
+                          if f[phase]["tok_s"]]
+                sp = spread(ratios)
+                row[f"{phase}_of_resident"] = sp["median"]
+                row[f"{phase}_of_resident_min"] = sp["min"]
+                row[f"{phase}_of_resident_max"] = sp["max"]
+            if "stall" in rs[0][phase]:
+                per_token = [r[phase]["stall"]["per_token_us"] for r in rs]
+                for key in ("mean_us", "p50_us", "p99_us"):
+                    row[f"{phase}_stall_{key}"] = spread([p.get(key) for p in per_token])["median"]
+                tables = zip(*[r[phase]["stall"]["per_table_s"] for r in rs])
+                for t, values in enumerate(tables):
+                    row[f"{phase}_stall_table{t}_s"] = spread(list(values))["median"]
+                row[f"{phase}_engine_cpu_us_per_token"] = spread(
+                    [r[phase].get("engine_cpu_us_per_token") for r in rs])["median"]
+            if "waits" in rs[0][phase] and schedule != "resident":
+                for part in ("first_chunk_s", "rest_s"):
+                    totals = [sum(r[phase]["waits"][part].values()) for r in rs]
+                    row[f"{phase}_host_wait_{part}"] = spread(totals)["median"]
+            for key in rs[0][phase].get("gpu_us_per_step", {}):
+                row[f"{phase}_gpu_{key}_us"] = spread(
+                    [r[phase]["gpu_us_per_step"].get(key) for r in rs])["median"]
+            for key in rs[0][phase].get("gpu_ms", {}):
+                row[f"{phase}_gpu_{key}_ms"] = spread(
+                    [r[phase]["gpu_ms"].get(key) for r in rs])["median"]
+            for key in rs[0][phase].get("host_us_per_step", {}) if schedule != "resident" else ():
+                row[f"{phase}_host_{key}_us"] = spread(
+                    [r[phase]["host_us_per_step"][key] for r in rs])["median"]
+            if rs[0][phase].get("gpu_wait_ms") is not None:
+                row[f"{phase}_gpu_wait_ms"] = spread([r[phase]["gpu_wait_ms"] for r in rs])["median"]
+        rows.append(row)
+    if floor:
+        # The compute alone, per layer: for the replay bench's
+        # `--compute gpu:custom:PREFILL_US,DECODE_US,LAYERS`.
+        p = spread([r["prefill"]["tok_s"] for r in floor])["median"]
+        d = spread([r["decode"]["tok_s"] for r in floor])["median"]
+        rows.append({"schedule": "compute_profile",
+                     "prefill_us_per_token_layer": 1e6 / p / args.layers,
+                     "decode_us_per_layer": 1e6 / d / args.layers if d else 0.0,
+                     "layers": args.layers})
+    return rows
