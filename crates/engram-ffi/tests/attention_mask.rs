@@ -8,33 +8,20 @@ mod support;
 use std::ffi::CString;
 use std::ptr::{null, null_mut};
 
+use engram::testing::{hash_vectors, json_token_rows, json_u64s};
 use engram_ffi::*;
-use serde_json::Value;
 use support::{ok, write_model};
 
 const SCALE: u64 = 65536;
 
-fn reference() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../engram/tests/data/hash_vectors.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn ints(v: &Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
-}
-
 #[test]
 fn attention_mask_passes_straight_through_to_the_reference_row_ids() {
-    let doc = reference();
-    let tokens: Vec<u32> = ints(&doc["tokens"]).iter().map(|&t| t as u32).collect();
-    let mask: Vec<u8> = ints(&doc["attention_mask"])
+    let doc = hash_vectors();
+    let tokens: Vec<u32> = json_u64s(&doc["tokens"])
+        .iter()
+        .map(|&t| t as u32)
+        .collect();
+    let mask: Vec<u8> = json_u64s(&doc["attention_mask"])
         .iter()
         .map(|&m| m as u8)
         .collect();
@@ -52,13 +39,7 @@ fn attention_mask_passes_straight_through_to_the_reference_row_ids() {
             continue;
         }
         let masked = case["masked"].as_bool().unwrap();
-        let want: Vec<u32> = case["token_rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|t| t.as_array().unwrap().iter().flat_map(ints))
-            .map(|r| r as u32)
-            .collect();
+        let want = json_token_rows(case);
         let mut got = vec![0u32; want.len()];
         let mask_ptr = if masked { mask.as_ptr() } else { null() };
         // SAFETY: tokens and mask hold `tokens.len()` values; `got` is

@@ -201,10 +201,9 @@ pub(crate) fn to_py(e: Error) -> PyErr {
     };
     // The facts: only variants that carry some (the enum is
     // non_exhaustive outside its crate, so the rest falls through).
-    let facts = match &e {
-        Error::Io { path, source } => Facts {
+    let mut facts = match &e {
+        Error::Io { path, .. } => Facts {
             path: Some(path.display().to_string()),
-            errno: source.raw_os_error(),
             ..Facts::default()
         },
         Error::Format { file, field, .. } => Facts {
@@ -226,13 +225,12 @@ pub(crate) fn to_py(e: Error) -> PyErr {
             row,
             file,
             offset,
-            source,
+            ..
         } => Facts {
             path: Some(file.display().to_string()),
             table: Some(*table),
             row: Some(*row),
             offset: Some(*offset),
-            errno: source.raw_os_error(),
             ..Facts::default()
         },
         Error::CorruptRow { table, row, .. } => Facts {
@@ -242,6 +240,11 @@ pub(crate) fn to_py(e: Error) -> PyErr {
         },
         _ => Facts::default(),
     };
+    // The OS error of every variant that wraps one (`Io`, `RowRead`): it is
+    // the error's source.
+    facts.errno = std::error::Error::source(&e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .and_then(std::io::Error::raw_os_error);
     raise(class, message, facts)
 }
 

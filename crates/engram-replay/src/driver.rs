@@ -329,9 +329,6 @@ mod tests {
         fn layers(&self) -> u32 {
             self.layers
         }
-        fn wants_rows(&self) -> bool {
-            false
-        }
         fn begin_prefill(&mut self, _tokens: &[u32]) {}
         fn prefill_layer(&mut self, layer: u32, range: Range<usize>, _rows: Option<&[f32]>) {
             self.log
@@ -345,9 +342,6 @@ mod tests {
         }
         fn take_compute_time(&mut self) -> Duration {
             Duration::ZERO
-        }
-        fn output_checksum(&self) -> Option<String> {
-            None
         }
     }
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::device::DeviceReport;
 use crate::floor::FloorReport;
-use crate::schedule::{IoCounters, PhaseIo};
+use crate::schedule::{IoCounters, IoTotals, PhaseIo};
 
 /// The whole benchmark: its settings, the device, and per prompt every
 /// repeat of every schedule with the median and spread of each figure.
@@ -237,18 +237,9 @@ impl StallSummary {
 /// I/O counters of one schedule.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct IoReport {
-    /// Row ids requested, with duplicates.
-    pub rows_requested: u64,
-    /// Rows left to fetch after deduplication.
-    pub rows_unique: u64,
-    /// Rows served from a row cache.
-    pub cache_hits: u64,
-    /// Bytes read from storage.
-    pub bytes_read: u64,
-    /// Read requests issued.
-    pub reads: u64,
-    /// Rows served from the hot tier.
-    pub hot_hits: u64,
+    /// The run's counts (flattened: `io.rows_requested`, ...).
+    #[serde(flatten)]
+    pub totals: IoTotals,
     /// Rows per prefill token, by where they came from (engine schedules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefill_per_token: Option<PhaseRates>,
@@ -284,12 +275,7 @@ impl IoReport {
     /// `decode_steps` steps.
     pub fn new(c: &IoCounters, prefill_tokens: usize, decode_steps: usize) -> IoReport {
         IoReport {
-            rows_requested: c.rows_requested,
-            rows_unique: c.rows_unique,
-            cache_hits: c.cache_hits,
-            bytes_read: c.bytes_read,
-            reads: c.reads,
-            hot_hits: c.hot_hits,
+            totals: c.totals,
             prefill_per_token: c.prefill.map(|p| PhaseRates::of(&p, prefill_tokens)),
             decode_per_step: c.decode.map(|d| PhaseRates::of(&d, decode_steps)),
         }

@@ -117,19 +117,22 @@ fn every_schedule_replays_the_whole_prompt_and_decode() {
     // (`full` adds its hints' rows on top).
     let demand = ((PREFILL + DECODE) * 48) as u64;
     let by_name = |n: &str| run.iter().find(|s| s.name == n).unwrap();
-    assert_eq!(by_name("sync").io.rows_requested, demand);
-    assert_eq!(by_name("ds4").io.rows_requested, demand);
-    assert_eq!(by_name("ds4-linux").io.rows_requested, demand);
-    assert_eq!(by_name("overlap").io.rows_requested, demand);
+    assert_eq!(by_name("sync").io.totals.rows_requested, demand);
+    assert_eq!(by_name("ds4").io.totals.rows_requested, demand);
+    assert_eq!(by_name("ds4-linux").io.totals.rows_requested, demand);
+    assert_eq!(by_name("overlap").io.totals.rows_requested, demand);
     let full = by_name("full");
-    assert!(full.io.rows_requested > demand, "draft hints add reads");
     assert!(
-        full.io.cache_hits > 0,
+        full.io.totals.rows_requested > demand,
+        "draft hints add reads"
+    );
+    assert!(
+        full.io.totals.cache_hits > 0,
         "right drafts are served from the cache"
     );
     for s in run {
-        assert!(s.io.rows_unique <= s.io.rows_requested);
-        assert!(s.io.bytes_read > 0 && s.io.reads > 0);
+        assert!(s.io.totals.rows_unique <= s.io.totals.rows_requested);
+        assert!(s.io.totals.bytes_read > 0 && s.io.totals.reads > 0);
         // Hashing, reads and wake-ups cost the process some CPU.
         assert!(s.cpu.prefill_seconds > 0.0, "{}: {:?}", s.name, s.cpu);
         assert!(s.cpu.prefill_us_per_token > 0.0 && s.cpu.decode_us_per_step > 0.0);

@@ -140,7 +140,7 @@ fn prefill_and_decode_rows_match_model_reads_in_both_sweeps() {
                 );
             }
             check_decode(schedule.as_mut(), &model, &hasher, history.clone());
-            let io = schedule.io();
+            let io = schedule.io().totals;
             assert_eq!(io.rows_requested, (5_000 + 4) * 48);
             assert!(io.rows_unique < io.rows_requested, "{io:?}");
             assert_eq!(io.reads, io.rows_unique);
@@ -266,7 +266,7 @@ fn dropping_a_prefill_midway_returns_promptly() {
         drop(run);
         let took = started.elapsed();
         assert!(took < Duration::from_secs(2), "drop took {took:?}");
-        let io = schedule.io();
+        let io = schedule.io().totals;
         // Table 1 never started (no layer ran) and table 0 was cut short.
         assert!(io.rows_requested < 200_000 * 24, "{io:?}");
     });
@@ -302,7 +302,7 @@ fn cold_prefill_read_rate() {
         }
         drop(run);
         let took = started.elapsed();
-        let io = schedule.io();
+        let io = schedule.io().totals;
         if kind == ScheduleKind::Ds4 {
             cold_decode_steps(schedule.as_mut(), &model);
         }

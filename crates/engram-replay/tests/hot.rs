@@ -82,8 +82,8 @@ fn the_cpu_output_is_the_same_with_and_without_the_hot_tier() {
             "{} hot",
             b.name
         );
-        assert_eq!(a.io.hot_hits, 0);
-        assert!(b.io.hot_hits > 0, "{}", b.name);
+        assert_eq!(a.io.totals.hot_hits, 0);
+        assert!(b.io.totals.hot_hits > 0, "{}", b.name);
         let (pa, pb) = (
             a.io.prefill_per_token.unwrap(),
             b.io.prefill_per_token.unwrap(),

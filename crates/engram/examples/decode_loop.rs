@@ -11,20 +11,19 @@
 //! script. Prints one JSON line: per-step median, mean, p10 and p90 in
 //! microseconds.
 
+mod args;
+
 use std::time::Instant;
 
 use engram::open::EngineBuilder;
 use engram::prefetch::RowFormat;
 
 fn main() -> engram::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(model) = args.get(1) else {
-        eprintln!("usage: decode_loop MODEL [STEPS] [WARMUP] [PREFETCH]");
-        std::process::exit(2);
-    };
-    let steps: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2000);
-    let warmup: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(200);
-    let prefetch = args.get(4).is_none_or(|s| s != "0");
+    let args = args::Args::new("decode_loop MODEL [STEPS] [WARMUP] [PREFETCH]");
+    let model = args.required(1);
+    let steps: usize = args.number(2, "STEPS", 2000);
+    let warmup: usize = args.number(3, "WARMUP", 200);
+    let prefetch = args.optional(4).is_none_or(|s| s != "0");
     let mut builder = EngineBuilder::default();
     builder.prefetch.format = RowFormat::F32;
     builder.prefetch.prefetch = prefetch;

@@ -5,6 +5,8 @@
 //! `cargo run --release -p engram --example hot_load_parts -- HOT MODEL load|copy [THREADS]`
 //! Compare with `dd if=HOT of=/dev/null bs=8M` after evicting it again.
 
+mod args;
+
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
@@ -29,13 +31,13 @@ fn read_parallel(file: &std::fs::File, buf: &mut [u8], threads: usize) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.len() < 4 {
-        eprintln!("usage: hot_load_parts HOT MODEL load|copy [THREADS]");
-        std::process::exit(2);
-    }
-    let (hot, model, mode) = (Path::new(&args[1]), &args[2], args[3].as_str());
-    let threads: usize = args.get(4).map_or(2, |t| t.parse().expect("THREADS"));
+    let args = args::Args::new("hot_load_parts HOT MODEL load|copy [THREADS]");
+    let (hot, model, mode) = (
+        Path::new(args.required(1)),
+        args.required(2),
+        args.required(3),
+    );
+    let threads: usize = args.number(4, "THREADS", 2);
     let file = std::fs::File::open(hot).expect("open HOT");
     engram::io::cachectl::evict(&file).expect("evict");
     let len = file.metadata().expect("stat").len() as usize;

@@ -4,6 +4,8 @@
 //!
 //! `cargo run --release -p engram --example random_rows -- FILE [BATCH] [DEPTH] [direct]`
 
+mod args;
+
 use std::time::Instant;
 
 use engram::codec::Encoding;
@@ -11,14 +13,11 @@ use engram::io::{cachectl, open_source, stats::latency_histogram, Backend, IoCon
 use engram::model::TableLocation;
 
 fn main() -> engram::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(path) = args.get(1) else {
-        eprintln!("usage: random_rows FILE [BATCH] [DEPTH] [direct]");
-        std::process::exit(2);
-    };
-    let batch: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(24);
-    let depth: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(64);
-    let direct = args.get(4).is_some_and(|s| s == "direct");
+    let args = args::Args::new("random_rows FILE [BATCH] [DEPTH] [direct]");
+    let path = args.required(1);
+    let batch: usize = args.number(2, "BATCH", 24);
+    let depth: usize = args.number(3, "DEPTH", 64);
+    let direct = args.optional(4) == Some("direct");
     let len = std::fs::metadata(path)
         .map_err(|e| engram::Error::io(path, e))?
         .len();

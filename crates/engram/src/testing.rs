@@ -1,7 +1,8 @@
 //! Helpers for tests of this crate and of the crates built on it (behind
 //! `cfg(any(test, feature = "test_utils"))`, like the panic switch): one
-//! timeout guard, one small scheduler configuration and one in-memory row
-//! source instead of a copy per test suite.
+//! timeout guard, one small scheduler configuration, one in-memory row
+//! source and one reader of the reference row-id vectors instead of a copy
+//! per test suite.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -52,6 +53,39 @@ pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send +
         },
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("timed out after {limit:?}: a wait hung"),
     }
+}
+
+/// The row-id vectors computed independently in Python
+/// (`tests/reference/hash_vectors.py` writes
+/// `crates/engram/tests/data/hash_vectors.json`): the text, its tokens, an
+/// attention mask and, per layout scale and masking, each token's row ids.
+pub fn hash_vectors() -> serde_json::Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/hash_vectors.json");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// A JSON array of non-negative integers (a field of [`hash_vectors`]).
+pub fn json_u64s(v: &serde_json::Value) -> Vec<u64> {
+    let int = |x: &serde_json::Value| x.as_u64().unwrap_or_else(|| panic!("not a u64: {x}"));
+    json_items(v).iter().map(int).collect()
+}
+
+/// A case's `token_rows` of [`hash_vectors`] (per token, per table, its
+/// row ids) flattened in that order: the ids `Sequence::row_ids` writes for
+/// the same tokens.
+pub fn json_token_rows(case: &serde_json::Value) -> Vec<u32> {
+    let per_table = json_items(&case["token_rows"]).iter().flat_map(json_items);
+    let rows = per_table.flat_map(json_u64s);
+    rows.map(|r| u32::try_from(r).expect("a row id fits u32"))
+        .collect()
+}
+
+/// The elements of a JSON array; anything else fails the test.
+fn json_items(v: &serde_json::Value) -> &[serde_json::Value] {
+    v.as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_else(|| panic!("not an array: {v}"))
 }
 
 /// The deterministic bytes of a row: any mix-up of table, row or position

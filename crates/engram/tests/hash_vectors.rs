@@ -3,19 +3,7 @@
 
 use engram::hash::Hasher;
 use engram::layout::{self, encode, vendored_tokenizer};
-use serde_json::Value;
-
-fn vectors() -> Value {
-    serde_json::from_str(include_str!("data/hash_vectors.json")).unwrap()
-}
-
-fn u64s(v: &Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
-}
+use engram::testing::{hash_vectors, json_token_rows, json_u64s};
 
 /// FNV-1a over the little-endian bytes of each id (as in the Python script).
 fn fnv1a64(ids: &[u32]) -> u64 {
@@ -28,7 +16,7 @@ fn fnv1a64(ids: &[u32]) -> u64 {
 
 #[test]
 fn whole_token_map_matches_python_tokenizers() {
-    let doc = vectors();
+    let doc = hash_vectors();
     let map = engram::layout::TokenMap::vendored().unwrap();
     let want: u64 = doc["token_map_fnv1a64"].as_str().unwrap().parse().unwrap();
     assert_eq!(fnv1a64(&map.map), want);
@@ -36,25 +24,31 @@ fn whole_token_map_matches_python_tokenizers() {
 
 #[test]
 fn vendored_tokenizer_matches_python_tokenizers() {
-    let doc = vectors();
+    let doc = hash_vectors();
     let tokens = encode(
         vendored_tokenizer().unwrap(),
         doc["text"].as_str().unwrap(),
         "vendored",
     )
     .unwrap();
-    let want: Vec<u32> = u64s(&doc["tokens"]).into_iter().map(|t| t as u32).collect();
+    let want: Vec<u32> = json_u64s(&doc["tokens"])
+        .into_iter()
+        .map(|t| t as u32)
+        .collect();
     assert!(want.len() >= 250);
     assert_eq!(tokens, want);
 }
 
 #[test]
 fn rows_match_independent_reference_at_each_scale_with_and_without_mask() {
-    let doc = vectors();
-    let tokens: Vec<u32> = u64s(&doc["tokens"]).into_iter().map(|t| t as u32).collect();
+    let doc = hash_vectors();
+    let tokens: Vec<u32> = json_u64s(&doc["tokens"])
+        .into_iter()
+        .map(|t| t as u32)
+        .collect();
     // A Hugging Face attention_mask (1 real, 0 padding) taken as it is:
     // nonzero is a real token.
-    let attention_mask = u64s(&doc["attention_mask"]);
+    let attention_mask = json_u64s(&doc["attention_mask"]);
     assert!(attention_mask.contains(&0) && attention_mask.contains(&1));
     let mask: Vec<bool> = attention_mask.iter().map(|&m| m != 0).collect();
     let cases = doc["cases"].as_array().unwrap();
@@ -80,10 +74,13 @@ fn rows_match_independent_reference_at_each_scale_with_and_without_mask() {
             let primes: Vec<u64> = table.primes.iter().map(|&p| u64::from(p)).collect();
             assert_eq!(
                 primes,
-                u64s(&case["layout"]["primes"][t]),
+                json_u64s(&case["layout"]["primes"][t]),
                 "scale {scale} table {t}"
             );
-            assert_eq!(table.multipliers, u64s(&case["layout"]["multipliers"][t]));
+            assert_eq!(
+                table.multipliers,
+                json_u64s(&case["layout"]["multipliers"][t])
+            );
         }
         let hasher = Hasher::new(&layout).unwrap();
         let mut history = hasher.new_history();
@@ -96,13 +93,7 @@ fn rows_match_independent_reference_at_each_scale_with_and_without_mask() {
                 &mut rows,
             )
             .unwrap();
-        let want: Vec<u32> = case["token_rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|per_token| per_token.as_array().unwrap().iter().flat_map(u64s))
-            .map(|r| r as u32)
-            .collect();
+        let want = json_token_rows(case);
         assert_eq!(want.len(), tokens.len() * 48);
         for (i, (got, want)) in rows.chunks(48).zip(want.chunks(48)).enumerate() {
             assert_eq!(

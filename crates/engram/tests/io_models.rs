@@ -2,8 +2,8 @@
 //! checkpoints, both encodings) return exactly the generator's rows, with
 //! every backend, buffered and direct, with and without the row cache.
 
-use std::path::Path;
 use std::sync::Arc;
+use tempfile::TempDir;
 
 use engram::cache::{CachedSource, RowCache};
 use engram::codec::Encoding;
@@ -16,10 +16,14 @@ const PRESET: &str = "deepseek-v4.1-flash";
 const SCALE: u64 = 65536;
 const SEED: u64 = 5;
 
-fn synth_model(out: &Path, format: SynthFormat, encoding: Encoding) -> Model {
+/// A synthetic model of `format` in `encoding`, opened, and the temporary
+/// directory that holds its files (removed on drop).
+fn synth_model(format: SynthFormat, encoding: Encoding) -> (TempDir, Model) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(encoding.name());
     let (path, _) =
-        synth::synth_preset(out, format, PRESET, SCALE, encoding, SEED, &NoProgress).unwrap();
-    Model::open(path).unwrap()
+        synth::synth_preset(&out, format, PRESET, SCALE, encoding, SEED, &NoProgress).unwrap();
+    (dir, Model::open(path).unwrap())
 }
 
 fn ids(rows: u64, n: usize, seed: u64) -> Vec<u32> {
@@ -86,25 +90,15 @@ fn check(model: &Model, encoding: Encoding) {
 
 #[test]
 fn gguf_rows_match_the_generator() {
-    let dir = tempfile::tempdir().unwrap();
     for encoding in Encoding::ALL {
-        let model = synth_model(
-            &dir.path().join(encoding.name()),
-            SynthFormat::Gguf,
-            encoding,
-        );
+        let (_dir, model) = synth_model(SynthFormat::Gguf, encoding);
         check(&model, encoding);
     }
 }
 
 #[test]
 fn split_checkpoint_rows_are_reassembled() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = synth_model(
-        &dir.path().join("ckpt"),
-        SynthFormat::Hf,
-        Encoding::E4m3E8m0Row264,
-    );
+    let (_dir, model) = synth_model(SynthFormat::Hf, Encoding::E4m3E8m0Row264);
     assert!(model.tables.iter().all(|t| t.scales.is_some()));
     check(&model, Encoding::E4m3E8m0Row264);
 }

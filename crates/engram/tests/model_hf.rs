@@ -1,7 +1,9 @@
 //! Checkpoint directories, packing and transcoding: synthetic models read
 //! back row for row, in both formats and both encodings.
 
-use std::path::Path;
+use std::path::PathBuf;
+
+use tempfile::TempDir;
 
 use engram::codec::{encode_row136, Encoding, ROW_DIM};
 use engram::layout::{preset, preset_params};
@@ -14,9 +16,14 @@ const PRESET: &str = "deepseek-v4.1-flash";
 const SCALE: u64 = 262_144;
 const SEED: u64 = 11;
 
-fn synth_model(out: &Path, format: SynthFormat, encoding: Encoding) -> std::path::PathBuf {
-    let made = synth::synth_preset(out, format, PRESET, SCALE, encoding, SEED, &NoProgress);
-    made.unwrap().0
+/// A synthetic model of `format` in `encoding`, written to `name` in a
+/// fresh temporary directory (nothing else in it; removed on drop), and the
+/// model's path (the `.gguf` file, or the checkpoint directory).
+fn synth_model(name: &str, format: SynthFormat, encoding: Encoding) -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(name);
+    let made = synth::synth_preset(&out, format, PRESET, SCALE, encoding, SEED, &NoProgress);
+    (dir, made.unwrap().0)
 }
 
 /// Every row of every table equals the generator's rows in `encoding`.
@@ -35,12 +42,7 @@ fn assert_rows_are_synthetic(model: &Model, encoding: Encoding) {
 
 #[test]
 fn checkpoint_reads_back_packs_and_transcodes() {
-    let dir = tempfile::tempdir().unwrap();
-    let ckpt = synth_model(
-        &dir.path().join("ckpt"),
-        SynthFormat::Hf,
-        Encoding::E4m3E8m0Row264,
-    );
+    let (dir, ckpt) = synth_model("ckpt", SynthFormat::Hf, Encoding::E4m3E8m0Row264);
     let model = Model::open(&ckpt).unwrap();
     assert_eq!(model.format, ModelFormat::HuggingFace);
     assert_eq!(model.dialect, "hf");
@@ -117,9 +119,8 @@ fn checkpoint_reads_back_packs_and_transcodes() {
 
 #[test]
 fn gguf_models_in_both_encodings_read_back() {
-    let dir = tempfile::tempdir().unwrap();
     for e in Encoding::ALL {
-        let path = synth_model(&dir.path().join(e.name()), SynthFormat::Gguf, e);
+        let (_dir, path) = synth_model(e.name(), SynthFormat::Gguf, e);
         assert_eq!(path.file_name().unwrap(), "model.gguf");
         let model = Model::open(&path).unwrap();
         assert_eq!(model.dialect, "deepseek41");
@@ -165,12 +166,7 @@ fn hf_synth_refuses_other_encodings_and_leaves_nothing() {
 
 #[test]
 fn conversion_stops_at_a_corrupt_row_and_leaves_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = synth_model(
-        &dir.path().join("g"),
-        SynthFormat::Gguf,
-        Encoding::E4m3E8m0Row264,
-    );
+    let (dir, path) = synth_model("g", SynthFormat::Gguf, Encoding::E4m3E8m0Row264);
     let model = Model::open(&path).unwrap();
     let t = &model.tables[1];
     let mut bytes = std::fs::read(&path).unwrap();

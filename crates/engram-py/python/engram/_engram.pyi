@@ -3,7 +3,15 @@
 import os
 import pathlib
 from types import TracebackType
-from typing import Any, Literal, Optional, Sequence as Seq, Union
+from typing import (
+    Any,
+    Literal,
+    Optional,
+    Sequence as Seq,
+    TypeVar,
+    Union,
+    type_check_only,
+)
 
 import numpy as np
 import numpy.typing as npt
@@ -146,7 +154,22 @@ def synth(
 ) -> pathlib.Path:
     """Writes a small synthetic model; returns the path open() takes."""
 
-class Engine:
+_Self = TypeVar("_Self")
+
+@type_check_only
+class _Closing:
+    """The context-manager protocol of Engine, Sequence and Prefill (a
+    stub-only name, absent at runtime): leaving the `with` block closes the
+    object (ends a prefill) and lets any exception through."""
+    def __enter__(self: _Self) -> _Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+class Engine(_Closing):
     """An open model and its prefetch engine; usable from any number of threads."""
     @property
     def info(self) -> Info: ...
@@ -157,15 +180,8 @@ class Engine:
     def stats(self) -> dict[str, Any]: ...
     def sequence(self) -> Sequence: ...
     def close(self) -> None: ...
-    def __enter__(self) -> Engine: ...
-    def __exit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> bool: ...
 
-class Sequence:
+class Sequence(_Closing):
     """One sequence of tokens: a prefill, then decode steps."""
     def row_ids(
         self, tokens: TokensLike, mask: Optional[MaskLike] = None
@@ -182,15 +198,8 @@ class Sequence:
     def stall(self, phase: Phase) -> dict[str, Any]: ...
     def close(self) -> None: ...
     def __len__(self) -> int: ...
-    def __enter__(self) -> Sequence: ...
-    def __exit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> bool: ...
 
-class Prefill:
+class Prefill(_Closing):
     """A prefill in progress; a context manager that ends it."""
     @property
     def tokens(self) -> int: ...
@@ -201,10 +210,3 @@ class Prefill:
     def wait_into(self, table: int, upto: int, out: Buffer) -> int: ...
     def ready_tokens(self, table: int) -> int: ...
     def end(self) -> None: ...
-    def __enter__(self) -> Prefill: ...
-    def __exit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> bool: ...

@@ -126,10 +126,6 @@ impl Compute for GpuCompute {
         self.profile.layers
     }
 
-    fn wants_rows(&self) -> bool {
-        false
-    }
-
     fn begin_prefill(&mut self, _tokens: &[u32]) {
         self.last = None;
     }
@@ -150,10 +146,6 @@ impl Compute for GpuCompute {
         // last sleep's overshoot is not taken back from the next phase.
         self.last = None;
         std::mem::take(&mut self.spent)
-    }
-
-    fn output_checksum(&self) -> Option<String> {
-        None
     }
 }
 

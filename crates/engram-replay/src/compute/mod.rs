@@ -24,8 +24,11 @@ pub trait Compute: Send {
     fn layers(&self) -> u32;
 
     /// Whether Engram layers need the rows' values (`true`) or only their
-    /// arrival (`false`: rows are waited for but not copied out).
-    fn wants_rows(&self) -> bool;
+    /// arrival (`false`, the default: rows are waited for but not copied
+    /// out; only a model that computes with them wants them).
+    fn wants_rows(&self) -> bool {
+        false
+    }
 
     /// Starts a prefill of `tokens` (positions `0..tokens.len()` of a new
     /// sequence). Called once, before any layer.
@@ -46,8 +49,11 @@ pub trait Compute: Send {
     /// phase (prefill, decode).
     fn take_compute_time(&mut self) -> Duration;
 
-    /// A digest of the final hidden states, for models that compute some.
-    fn output_checksum(&self) -> Option<String>;
+    /// A digest of the final hidden states, for models that compute some
+    /// (`None`, the default, for those that only take time).
+    fn output_checksum(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Which compute model to build, as given on the command line.

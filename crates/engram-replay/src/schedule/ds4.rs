@@ -214,10 +214,7 @@ impl Schedule for Ds4Schedule {
             self.tables[table]
                 .encoding()
                 .decode_rows(&self.step.raw[table], rows)
-                .map_err(|e| {
-                    let row = ids.get(e.index).map_or(u64::MAX, |&r| u64::from(r));
-                    e.into_error(table, row)
-                })?;
+                .map_err(|e| e.into_error_at(table, ids))?;
         }
         // The rows were read at step_begin; nothing is left to wait for.
         Ok(Duration::ZERO)

@@ -11,7 +11,7 @@ use engram::prefetch::{Engine, PrefetchConfig, Prefill, RowFormat, RowsView, Seq
 use engram::stats::{PhaseStats, Stats};
 use engram::Result;
 
-use super::{IoCounters, PhaseIo, PrefillRun, Schedule, ScheduleKind, ScheduleSetup};
+use super::{IoCounters, IoTotals, PhaseIo, PrefillRun, Schedule, ScheduleKind, ScheduleSetup};
 
 /// One of the engine-backed schedules.
 pub struct EngineSchedule {
@@ -145,15 +145,17 @@ fn copy_rows(view: &RowsView<'_>, rows: Option<&mut Vec<f32>>) {
 fn counters(stats: &Stats) -> IoCounters {
     let t = stats.total_counts();
     IoCounters {
-        // What the consumer asked for: rows the prefill served from its
-        // reuse store never reached the source, and rows it read ahead are
-        // counted again when their tokens' batch asks for them.
-        rows_requested: (t.rows_requested + t.reuse_hits).saturating_sub(t.ahead_rows),
-        rows_unique: t.rows_unique,
-        cache_hits: t.cache_hits,
-        bytes_read: t.bytes_read,
-        reads: t.reads_issued,
-        hot_hits: t.hot_hits,
+        totals: IoTotals {
+            // What the consumer asked for: rows the prefill served from its
+            // reuse store never reached the source, and rows it read ahead
+            // are counted again when their tokens' batch asks for them.
+            rows_requested: (t.rows_requested + t.reuse_hits).saturating_sub(t.ahead_rows),
+            rows_unique: t.rows_unique,
+            cache_hits: t.cache_hits,
+            bytes_read: t.bytes_read,
+            reads: t.reads_issued,
+            hot_hits: t.hot_hits,
+        },
         prefill: Some(phase_io(&[&stats.prefill])),
         // Hints are read between decode steps, for the steps.
         decode: Some(phase_io(&[&stats.decode, &stats.hints])),

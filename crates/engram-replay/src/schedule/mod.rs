@@ -119,7 +119,20 @@ pub fn build(kind: ScheduleKind, setup: &ScheduleSetup<'_>) -> Result<Box<dyn Sc
 /// I/O a schedule did, over its whole run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IoCounters {
-    /// Row ids requested (with duplicates), all phases and tables.
+    /// All phases and tables together.
+    pub totals: IoTotals,
+    /// The prefill's share (engine schedules; the peer's path does not
+    /// split its counters by phase).
+    pub prefill: Option<PhaseIo>,
+    /// The decode steps' share, with the hint reads made between steps.
+    pub decode: Option<PhaseIo>,
+}
+
+/// Row and read counts, all phases and tables together (also the totals of
+/// the report's `io`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct IoTotals {
+    /// Row ids requested (with duplicates).
     pub rows_requested: u64,
     /// Rows that remained to fetch after deduplication (within a batch,
     /// and across the prompt by the engine's reuse store), served from the
@@ -133,11 +146,6 @@ pub struct IoCounters {
     pub reads: u64,
     /// Rows served from the hot tier.
     pub hot_hits: u64,
-    /// The prefill's share (engine schedules; the peer's path does not
-    /// split its counters by phase).
-    pub prefill: Option<PhaseIo>,
-    /// The decode steps' share, with the hint reads made between steps.
-    pub decode: Option<PhaseIo>,
 }
 
 /// Where one phase's rows came from.

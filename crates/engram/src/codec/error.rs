@@ -166,4 +166,12 @@ impl RowsError {
     pub fn into_error(self, table: usize, row: u64) -> crate::Error {
         self.error.into_error(table, row)
     }
+
+    /// Turns this into [`crate::Error::CorruptRow`] for table `table`, where
+    /// the batch held the rows `ids` in order (`u64::MAX` names a position
+    /// past them: a buffer-length mistake rather than a bad row).
+    pub fn into_error_at(self, table: usize, ids: &[u32]) -> crate::Error {
+        let row = ids.get(self.index).map_or(u64::MAX, |&r| u64::from(r));
+        self.into_error(table, row)
+    }
 }

@@ -222,10 +222,9 @@ impl OpenEngine {
                 let mut raw = vec![0u8; ids.len() * source.row_bytes(table)];
                 source.read_rows(table, ids, &mut raw)?;
                 let mut values = vec![0f32; ids.len() * ROW_DIM];
-                encoding.decode_rows(&raw, &mut values).map_err(|e| {
-                    let row = ids.get(e.index).map_or(u64::MAX, |&r| u64::from(r));
-                    e.into_error(table, row)
-                })?;
+                encoding
+                    .decode_rows(&raw, &mut values)
+                    .map_err(|e| e.into_error_at(table, ids))?;
                 for (dst, v) in out[..need].chunks_exact_mut(4).zip(values) {
                     dst.copy_from_slice(&v.to_ne_bytes());
                 }

@@ -162,51 +162,67 @@ impl PoolShared {
     /// threads with nothing to do (measured: 60-150 us per step on 2 cores).
     pub(crate) fn submit_decode(&self, tasks: Vec<Box<dyn Task>>) {
         let count = tasks.len();
-        let mut q = lock(&self.queues);
-        if q.shutdown {
-            drop(q);
-            for task in tasks {
-                task.abandon();
+        let queued = self.enqueue(tasks, |q, tasks| {
+            q.decode.extend(tasks);
+            None
+        });
+        if queued {
+            for _ in 0..count {
+                self.decode.notify_one();
             }
-            return;
-        }
-        q.decode.extend(tasks);
-        drop(q);
-        for _ in 0..count {
-            self.decode.notify_one();
         }
     }
 
     /// Queues a prefill task.
     pub(crate) fn submit_demand(&self, task: Box<dyn Task>) {
-        let mut q = lock(&self.queues);
-        if q.shutdown {
-            drop(q);
-            return task.abandon();
+        let queued = self.enqueue([task], |q, [task]| {
+            q.demand.push(task);
+            None
+        });
+        if queued {
+            self.general.notify_one();
         }
-        q.demand.push(task);
-        drop(q);
-        self.general.notify_one();
     }
 
     /// Queues a hint task, dropping the oldest hint beyond the bound.
     pub(crate) fn submit_hint(&self, task: Box<dyn Task>) {
+        let max_hints = self.max_hints;
+        let queued = self.enqueue([task], |q, [task]| {
+            q.hints.push_back(task);
+            if q.hints.len() > max_hints {
+                q.hints.pop_front()
+            } else {
+                None
+            }
+        });
+        if queued {
+            self.general.notify_one();
+        }
+    }
+
+    /// Hands `tasks` to `push` under the queue lock and returns true; once
+    /// the pool is shut down, abandons them instead (their waiters get
+    /// `Cancelled`) and returns false. A task `push` returns (one it pushed
+    /// out of a bounded queue) is abandoned after the lock is released, as
+    /// are the shut-down pool's tasks: abandoning runs the task's release
+    /// code (waking its waiters), which has no business under the lock.
+    fn enqueue<T: IntoIterator<Item = Box<dyn Task>>>(
+        &self,
+        tasks: T,
+        push: impl FnOnce(&mut Queues, T) -> Option<Box<dyn Task>>,
+    ) -> bool {
         let mut q = lock(&self.queues);
         if q.shutdown {
             drop(q);
-            return task.abandon();
+            tasks.into_iter().for_each(|task| task.abandon());
+            return false;
         }
-        q.hints.push_back(task);
-        let stale = if q.hints.len() > self.max_hints {
-            q.hints.pop_front()
-        } else {
-            None
-        };
+        let displaced = push(&mut q, tasks);
         drop(q);
-        if let Some(stale) = stale {
-            stale.abandon();
+        if let Some(task) = displaced {
+            task.abandon();
         }
-        self.general.notify_one();
+        true
     }
 
     /// Removes and abandons every queued task of `owner`.
@@ -325,6 +341,9 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
+    /// How long a test waits for a probe before it fails.
+    const LIMIT: Duration = Duration::from_secs(10);
+
     /// A task that reports its name when run (or abandoned) and, if given a
     /// gate, blocks until the gate opens.
     struct Probe {
@@ -338,7 +357,7 @@ mod tests {
         fn run(self: Box<Self>) {
             if let Some(gate) = &self.gate {
                 self.log.send("gate running").unwrap();
-                gate.recv_timeout(Duration::from_secs(10)).unwrap();
+                gate.recv_timeout(LIMIT).unwrap();
             }
             self.log.send(self.name).unwrap();
         }
@@ -368,9 +387,12 @@ mod tests {
         open: mpsc::Sender<()>,
     }
 
-    /// Occupies the only general thread of `shared` with a gated task of
-    /// `owner` and waits until it runs.
-    fn hold(shared: &PoolShared, owner: u64) -> Held {
+    /// A pool of one general and one decode thread, bounded to
+    /// `max_hints` queued hints, whose general thread is occupied by a
+    /// gated task of `owner` (running when this returns).
+    fn held_pool(max_hints: usize, owner: u64) -> (Pool, Arc<PoolShared>, Held) {
+        let pool = Pool::start(1, 1, max_hints, ReaderSched::Normal).unwrap();
+        let shared = pool.shared();
         let (log, seen) = mpsc::channel();
         let (open, gate) = mpsc::channel();
         shared.submit_demand(Box::new(Probe {
@@ -379,49 +401,43 @@ mod tests {
             log: log.clone(),
             gate: Some(gate),
         }));
-        let running = seen.recv_timeout(Duration::from_secs(10)).unwrap();
+        let running = seen.recv_timeout(LIMIT).unwrap();
         assert_eq!(running, "gate running");
-        Held { log, seen, open }
+        (pool, shared, Held { log, seen, open })
     }
 
     #[test]
     fn hints_run_only_when_no_demand_is_queued() {
-        let mut pool = Pool::start(1, 1, 8, ReaderSched::Normal).unwrap();
-        let shared = pool.shared();
         // Occupy the only general thread, then queue a hint before demand.
-        let Held { log, seen, open } = hold(&shared, 1);
-        let limit = Duration::from_secs(10);
+        let (mut pool, shared, Held { log, seen, open }) = held_pool(8, 1);
         shared.submit_hint(probe("hint", &log));
         shared.submit_demand(probe("demand", &log));
         // A decode step is served by the decode thread meanwhile.
         shared.submit_decode(vec![probe("decode", &log)]);
-        assert_eq!(seen.recv_timeout(limit).unwrap(), "decode");
+        assert_eq!(seen.recv_timeout(LIMIT).unwrap(), "decode");
         open.send(()).unwrap();
-        let order: Vec<_> = (0..3).map(|_| seen.recv_timeout(limit).unwrap()).collect();
+        let order: Vec<_> = (0..3).map(|_| seen.recv_timeout(LIMIT).unwrap()).collect();
         assert_eq!(order, ["gate", "demand", "hint"]);
         pool.shutdown();
     }
 
     #[test]
     fn shutdown_abandons_queued_work_and_joins() {
-        let mut pool = Pool::start(1, 1, 1, ReaderSched::Normal).unwrap();
-        let shared = pool.shared();
-        let Held { log, seen, open } = hold(&shared, 2);
-        let limit = Duration::from_secs(10);
+        let (mut pool, shared, Held { log, seen, open }) = held_pool(1, 2);
         shared.submit_demand(probe("queued", &log));
         // The hint bound is 1: the older hint is dropped (abandoned).
         shared.submit_hint(probe("old hint", &log));
         shared.submit_hint(probe("new hint", &log));
-        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
+        assert_eq!(seen.recv_timeout(LIMIT).unwrap(), "abandoned");
         shared.cancel_owner(1);
-        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
-        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
+        assert_eq!(seen.recv_timeout(LIMIT).unwrap(), "abandoned");
+        assert_eq!(seen.recv_timeout(LIMIT).unwrap(), "abandoned");
         open.send(()).unwrap();
         pool.shutdown();
         let rest: Vec<_> = seen.try_iter().collect();
         assert_eq!(rest, ["gate"], "{rest:?}");
         assert!(shared.is_shutdown());
         shared.submit_demand(probe("late", &log));
-        assert_eq!(seen.recv_timeout(limit).unwrap(), "abandoned");
+        assert_eq!(seen.recv_timeout(LIMIT).unwrap(), "abandoned");
     }
 }

@@ -48,7 +48,9 @@ impl ReadCtx<'_> {
     ) -> Result<()> {
         let mut raw = vec![0u8; rows.len() * encoding.row_bytes()];
         self.read(table, rows, &mut raw)?;
-        decode_checked(table, rows, encoding, &raw, out)
+        encoding
+            .decode_rows(&raw, out)
+            .map_err(|e| e.into_error_at(table, rows))
     }
 
     fn read_unguarded(&self, table: usize, rows: &[u32], out: &mut [u8]) -> Result<()> {
@@ -68,19 +70,4 @@ impl ReadCtx<'_> {
         self.stats.record_batch(self.phase, table, &total);
         Ok(())
     }
-}
-
-/// Decodes `raw` rows to f32; a corrupt row is an [`Error::CorruptRow`]
-/// naming its table and row id.
-fn decode_checked(
-    table: usize,
-    rows: &[u32],
-    encoding: Encoding,
-    raw: &[u8],
-    out: &mut [f32],
-) -> Result<()> {
-    encoding.decode_rows(raw, out).map_err(|e| {
-        let row = rows.get(e.index).map_or(u64::MAX, |&r| u64::from(r));
-        e.into_error(table, row)
-    })
 }

@@ -389,6 +389,15 @@ mod loom_tests {
         })
     }
 
+    /// Runs `f` on a new model thread with its own share of `shared`.
+    fn spawn_on(
+        shared: &Arc<Rows>,
+        f: impl FnOnce(&Rows) + Send + 'static,
+    ) -> loom::thread::JoinHandle<()> {
+        let shared = shared.clone();
+        loom::thread::spawn(move || f(&shared))
+    }
+
     fn write_and_publish(rows: &Rows) {
         for i in 0..2 {
             rows.slots[i].with_mut(|p| unsafe { *p = 10 + i as u64 });
@@ -400,10 +409,7 @@ mod loom_tests {
     fn waiter_sees_fully_written_rows() {
         loom::model(|| {
             let shared = rows();
-            let reader = {
-                let shared = shared.clone();
-                loom::thread::spawn(move || write_and_publish(&shared))
-            };
+            let reader = spawn_on(&shared, write_and_publish);
             let count = shared.ready.wait(2).unwrap();
             assert!(count >= 2);
             for i in 0..2 {
@@ -418,18 +424,12 @@ mod loom_tests {
     fn every_wait_ends_under_cancel_or_failure() {
         loom::model(|| {
             let shared = rows();
-            let reader = {
-                let shared = shared.clone();
-                loom::thread::spawn(move || {
-                    shared.slots[0].with_mut(|p| unsafe { *p = 10 });
-                    shared.ready.publish(1);
-                    shared.ready.fail(Error::InvalidArgument("eio".into()));
-                })
-            };
-            let canceller = {
-                let shared = shared.clone();
-                loom::thread::spawn(move || shared.ready.cancel())
-            };
+            let reader = spawn_on(&shared, |rows| {
+                rows.slots[0].with_mut(|p| unsafe { *p = 10 });
+                rows.ready.publish(1);
+                rows.ready.fail(Error::InvalidArgument("eio".into()));
+            });
+            let canceller = spawn_on(&shared, |rows| rows.ready.cancel());
             match shared.ready.wait(2) {
                 Err(Error::Cancelled) | Err(Error::InvalidArgument(_)) => {}
                 other => panic!("wait(2) must fail, got {other:?}"),

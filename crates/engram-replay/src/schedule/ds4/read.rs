@@ -25,7 +25,7 @@ use engram::io::cachectl;
 use engram::model::{Model, TableLocation};
 use engram::{Error, Result};
 
-use super::super::IoCounters;
+use super::super::{IoCounters, IoTotals};
 use super::pool::ApplyPool;
 use super::Ds4Flavor;
 
@@ -315,11 +315,14 @@ impl Counters {
     /// The totals so far.
     pub(super) fn snapshot(&self) -> IoCounters {
         IoCounters {
-            rows_requested: self.requested.load(Ordering::Relaxed),
-            rows_unique: self.unique.load(Ordering::Relaxed),
-            cache_hits: 0,
-            bytes_read: self.bytes.load(Ordering::Relaxed),
-            reads: self.reads.load(Ordering::Relaxed),
+            totals: IoTotals {
+                rows_requested: self.requested.load(Ordering::Relaxed),
+                rows_unique: self.unique.load(Ordering::Relaxed),
+                cache_hits: 0,
+                bytes_read: self.bytes.load(Ordering::Relaxed),
+                reads: self.reads.load(Ordering::Relaxed),
+                ..IoTotals::default()
+            },
             ..IoCounters::default()
         }
     }
