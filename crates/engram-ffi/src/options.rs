@@ -241,38 +241,64 @@ fn flag(value: u32, field: &str) -> FfiResult<bool> {
     }
 }
 
-fn backend(value: u32) -> FfiResult<Backend> {
-    match value {
-        ENGRAM_BACKEND_AUTO => Ok(Backend::Auto),
-        ENGRAM_BACKEND_PSYNC => Ok(Backend::Psync),
-        ENGRAM_BACKEND_URING => Ok(Backend::Uring),
-        ENGRAM_BACKEND_MMAP => Ok(Backend::Mmap),
-        v => Err(FfiError::invalid(format!(
-            "options.backend {v} is not an ENGRAM_BACKEND_* value (0..=3)"
-        ))),
+/// The value of the C constant `value` among `choices` (constant, its
+/// name, the value), or an error naming `what` and the constants it takes.
+fn one_of<T: Copy>(value: u32, what: &str, choices: &[(u32, &str, T)]) -> FfiResult<T> {
+    if let Some(&(_, _, v)) = choices.iter().find(|(code, _, _)| *code == value) {
+        return Ok(v);
     }
+    let names: Vec<String> = choices
+        .iter()
+        .map(|(code, name, _)| format!("{name} ({code})"))
+        .collect();
+    Err(FfiError::invalid(format!(
+        "{what} {value} is not one of {}",
+        names.join(", ")
+    )))
+}
+
+fn backend(value: u32) -> FfiResult<Backend> {
+    one_of(
+        value,
+        "options.backend",
+        &[
+            (ENGRAM_BACKEND_AUTO, "ENGRAM_BACKEND_AUTO", Backend::Auto),
+            (ENGRAM_BACKEND_PSYNC, "ENGRAM_BACKEND_PSYNC", Backend::Psync),
+            (ENGRAM_BACKEND_URING, "ENGRAM_BACKEND_URING", Backend::Uring),
+            (ENGRAM_BACKEND_MMAP, "ENGRAM_BACKEND_MMAP", Backend::Mmap),
+        ],
+    )
 }
 
 fn prefill_order(value: u32) -> FfiResult<PrefillOrder> {
-    match value {
-        ENGRAM_PREFILL_ORDER_AUTO => Ok(PrefillOrder::Auto),
-        ENGRAM_PREFILL_ORDER_CHUNK => Ok(PrefillOrder::Chunk),
-        v => Err(FfiError::invalid(format!(
-            "options.prefill_order {v} is not ENGRAM_PREFILL_ORDER_AUTO (0) or \
-             ENGRAM_PREFILL_ORDER_CHUNK (1)"
-        ))),
-    }
+    one_of(
+        value,
+        "options.prefill_order",
+        &[
+            (
+                ENGRAM_PREFILL_ORDER_AUTO,
+                "ENGRAM_PREFILL_ORDER_AUTO",
+                PrefillOrder::Auto,
+            ),
+            (
+                ENGRAM_PREFILL_ORDER_CHUNK,
+                "ENGRAM_PREFILL_ORDER_CHUNK",
+                PrefillOrder::Chunk,
+            ),
+        ],
+    )
 }
 
 /// A row format value (`ENGRAM_FORMAT_*`), `what` naming the argument.
 pub(crate) fn format(value: u32, what: &str) -> FfiResult<RowFormat> {
-    match value {
-        ENGRAM_FORMAT_RAW => Ok(RowFormat::Raw),
-        ENGRAM_FORMAT_F32 => Ok(RowFormat::F32),
-        v => Err(FfiError::invalid(format!(
-            "{what} {v} is not ENGRAM_FORMAT_RAW (0) or ENGRAM_FORMAT_F32 (1)"
-        ))),
-    }
+    one_of(
+        value,
+        what,
+        &[
+            (ENGRAM_FORMAT_RAW, "ENGRAM_FORMAT_RAW", RowFormat::Raw),
+            (ENGRAM_FORMAT_F32, "ENGRAM_FORMAT_F32", RowFormat::F32),
+        ],
+    )
 }
 
 /// Fills `*options` with the defaults (ENGRAM_PREFETCH, ENGRAM_PIPELINE and

@@ -1,14 +1,14 @@
-"""What a torch_host run measures and reports: CUDA-event timelines of the
-compute stream, the prefill's host waits, the engine's reader-thread CPU,
-the page-cache eviction before a cold run, and the summary over repeats.
-Kept apart from torch_host.py, which drives the model and moves the rows."""
+"""What a host run (torch_host.py, sleep_host.py) measures and reports:
+CUDA-event timelines of the compute stream, the prefill's host waits, the
+engine's reader-thread CPU, the page-cache eviction before a cold run, the
+engine options given on the command line, and the summary over repeats.
+Kept apart from torch_host.py, which drives the model and moves the rows;
+torch is imported only where a timeline is recorded."""
 
 from __future__ import annotations
 
 import os
 import statistics
-
-import torch
 
 
 class Timeline:
@@ -23,6 +23,7 @@ class Timeline:
 
     def mark(self, label: str):
         if self.stream is not None:
+            import torch
             event = torch.cuda.Event(enable_timing=True)
             event.record(self.stream)
             self.marks.append((label, event))
@@ -157,3 +158,17 @@ def summarize(runs: dict, args) -> list:
                      "decode_us_per_layer": 1e6 / d / args.layers if d else 0.0,
                      "layers": args.layers})
     return rows
+
+
+def open_options(pairs: list) -> dict:
+    """`--open KEY=VALUE` pairs as engram.open keyword arguments."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise SystemExit(f"--open {pair!r}: expected KEY=VALUE")
+        try:
+            options[key] = int(value, 0)
+        except ValueError:
+            options[key] = value  # a name: backend=uring, prefill_order=chunk
+    return options

@@ -51,7 +51,7 @@ import torch  # noqa: E402
 import engram
 
 from host_measure import (Timeline, engine_threads_cpu_s, evict,  # noqa: E402
-                          stall_summary, summarize, wait_profile)
+                          open_options, stall_summary, summarize, wait_profile)
 from torch_model import PROFILES, ROW_DIM, Decoder, calibrate_ffn, rmsnorm  # noqa: E402
 
 SCHEDULES = ("resident", "sync", "overlap", "full")
@@ -415,20 +415,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "or a name (e.g. reuse_bytes=67108864, backend=uring); repeatable")
     p.add_argument("--json", help="write the results here")
     return p
-
-
-def open_options(pairs: list) -> dict:
-    """`--open KEY=VALUE` pairs as engram.open keyword arguments."""
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise SystemExit(f"--open {pair!r}: expected KEY=VALUE")
-        try:
-            options[key] = int(value, 0)
-        except ValueError:
-            options[key] = value  # a name: backend=uring, prefill_order=chunk
-    return options
 
 
 def main(argv=None) -> int:

@@ -29,6 +29,17 @@ fn engine(source: &Arc<MemSource>) -> Engine {
     Engine::new(source.clone(), layout(), small_prefetch()).unwrap()
 }
 
+/// An engine on `source` with [`small_prefetch`] and no reuse store, then
+/// as `tune` sets it.
+fn engine_without_store(source: &Arc<MemSource>, tune: impl FnOnce(&mut PrefetchConfig)) -> Engine {
+    let mut config = PrefetchConfig {
+        reuse_bytes: 0,
+        ..small_prefetch()
+    };
+    tune(&mut config);
+    Engine::new(source.clone(), layout(), config).unwrap()
+}
+
 fn internal(e: &Error, what: &str) -> bool {
     matches!(e, Error::Internal(m) if m.contains(what) && m.contains("panicked"))
 }
@@ -234,12 +245,7 @@ fn a_full_ring_and_store_go_on_warming_the_page_cache_unless_told_not_to() {
     use std::sync::atomic::Ordering;
     for warm in [true, false] {
         let source = source();
-        let config = PrefetchConfig {
-            reuse_bytes: 0,
-            warm_page_cache: warm,
-            ..small_prefetch()
-        };
-        let engine = Engine::new(source.clone(), layout(), config).unwrap();
+        let engine = engine_without_store(&source, |c| c.warm_page_cache = warm);
         let probe = source.clone();
         within(LIMIT, move || {
             let mut seq = engine.sequence();
@@ -288,13 +294,10 @@ fn a_chunk_order_reads_every_tables_first_chunk_before_the_next_chunk() {
             delay: Some(Duration::from_millis(20)),
             ..MemSource::for_layout(&layout())
         });
-        let config = PrefetchConfig {
-            prefill_order: order,
-            reuse_bytes: 0,
-            warm_page_cache: false,
-            ..small_prefetch()
-        };
-        let engine = Engine::new(source.clone(), layout(), config).unwrap();
+        let engine = engine_without_store(&source, |c| {
+            c.prefill_order = order;
+            c.warm_page_cache = false;
+        });
         let probe = source.clone();
         within(LIMIT, move || {
             let mut seq = engine.sequence();
