@@ -249,6 +249,14 @@ pub struct IoReport {
     pub reads: u64,
     /// Rows served from the hot tier.
     pub hot_hits: u64,
+    /// Rows the prefill read only to warm the page cache (engine
+    /// schedules; not in `rows_unique`).
+    pub warm_rows: u64,
+    /// Read requests of those rows (not in `reads`).
+    pub warm_reads: u64,
+    /// Bytes those reads moved from storage (not in `bytes_read`: the
+    /// device moved `bytes_read + warm_bytes`).
+    pub warm_bytes: u64,
     /// Rows per prefill token, by where they came from (engine schedules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefill_per_token: Option<PhaseRates>,
@@ -266,6 +274,10 @@ pub struct PhaseRates {
     pub storage_rows: f64,
     /// Read requests issued to storage.
     pub storage_reads: f64,
+    /// Rows read only to warm the page cache (not in `storage_rows`).
+    pub warm_rows: f64,
+    /// Read requests of those rows (not in `storage_reads`).
+    pub warm_reads: f64,
 }
 
 impl PhaseRates {
@@ -275,6 +287,8 @@ impl PhaseRates {
             hot_rows: io.hot_rows as f64 / per,
             storage_rows: io.storage_rows as f64 / per,
             storage_reads: io.storage_reads as f64 / per,
+            warm_rows: io.warm_rows as f64 / per,
+            warm_reads: io.warm_reads as f64 / per,
         }
     }
 }
@@ -290,6 +304,9 @@ impl IoReport {
             bytes_read: c.bytes_read,
             reads: c.reads,
             hot_hits: c.hot_hits,
+            warm_rows: c.warm_rows,
+            warm_reads: c.warm_reads,
+            warm_bytes: c.warm_bytes,
             prefill_per_token: c.prefill.map(|p| PhaseRates::of(&p, prefill_tokens)),
             decode_per_step: c.decode.map(|d| PhaseRates::of(&d, decode_steps)),
         }

@@ -130,6 +130,13 @@ pub struct IoCounters {
     pub reads: u64,
     /// Rows served from the hot tier.
     pub hot_hits: u64,
+    /// Rows the engine's prefill read only to warm the page cache (not in
+    /// `rows_unique`; the peer's path has none).
+    pub warm_rows: u64,
+    /// Read requests those rows took (not in `reads`).
+    pub warm_reads: u64,
+    /// Bytes those reads moved from storage (not in `bytes_read`).
+    pub warm_bytes: u64,
     /// The prefill's share (engine schedules; the peer's path does not
     /// split its counters by phase).
     pub prefill: Option<PhaseIo>,
@@ -146,6 +153,10 @@ pub struct PhaseIo {
     pub storage_rows: u64,
     /// Read requests issued to storage (rows sharing a page coalesced).
     pub storage_reads: u64,
+    /// Rows read only to warm the page cache (not in `storage_rows`).
+    pub warm_rows: u64,
+    /// Read requests those rows took (not in `storage_reads`).
+    pub warm_reads: u64,
 }
 
 /// One run of a schedule: a sequence that takes a prefill, then decode steps.
