@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::device::DeviceReport;
 use crate::floor::FloorReport;
-use crate::schedule::{IoCounters, PhaseIo};
+use crate::schedule::{IoCounters, PhaseIo, WarmIo};
 
 /// The whole benchmark: its settings, the device, and per prompt every
 /// repeat of every schedule with the median and spread of each figure.
@@ -249,14 +249,10 @@ pub struct IoReport {
     pub reads: u64,
     /// Rows served from the hot tier.
     pub hot_hits: u64,
-    /// Rows the prefill read only to warm the page cache (engine
-    /// schedules; not in `rows_unique`).
-    pub warm_rows: u64,
-    /// Read requests of those rows (not in `reads`).
-    pub warm_reads: u64,
-    /// Bytes those reads moved from storage (not in `bytes_read`: the
-    /// device moved `bytes_read + warm_bytes`).
-    pub warm_bytes: u64,
+    /// The prefill's page-cache warm-up (engine schedules), as
+    /// `warm_rows`, `warm_reads` and `warm_bytes` beside the others.
+    #[serde(flatten)]
+    pub warm: WarmIo,
     /// Rows per prefill token, by where they came from (engine schedules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefill_per_token: Option<PhaseRates>,
@@ -304,9 +300,7 @@ impl IoReport {
             bytes_read: c.bytes_read,
             reads: c.reads,
             hot_hits: c.hot_hits,
-            warm_rows: c.warm_rows,
-            warm_reads: c.warm_reads,
-            warm_bytes: c.warm_bytes,
+            warm: c.warm,
             prefill_per_token: c.prefill.map(|p| PhaseRates::of(&p, prefill_tokens)),
             decode_per_step: c.decode.map(|d| PhaseRates::of(&d, decode_steps)),
         }
@@ -358,5 +352,35 @@ mod tests {
         assert!((s.p99 - 99.0).abs() < 0.1, "{s:?}");
         assert!((s.max - 100.0).abs() < 0.1, "{s:?}");
         assert_eq!(StallSummary::of(&[]), StallSummary::default());
+    }
+
+    #[test]
+    fn warm_up_counts_are_new_fields_beside_the_old_ones() {
+        let counters = IoCounters {
+            bytes_read: 8192,
+            reads: 2,
+            warm: WarmIo {
+                warm_rows: 30,
+                warm_reads: 20,
+                warm_bytes: 4096 * 20,
+            },
+            prefill: Some(PhaseIo {
+                storage_reads: 2,
+                warm_rows: 30,
+                warm_reads: 20,
+                ..PhaseIo::default()
+            }),
+            ..IoCounters::default()
+        };
+        let json = serde_json::to_value(IoReport::new(&counters, 10, 1)).unwrap();
+        // The old fields keep their names and values; the warm-up's are
+        // beside them, not added into them.
+        assert_eq!(json["bytes_read"], 8192);
+        assert_eq!(json["reads"], 2);
+        assert_eq!(json["warm_bytes"], 4096 * 20);
+        assert_eq!(json["warm_reads"], 20);
+        assert_eq!(json["prefill_per_token"]["storage_reads"], 0.2);
+        assert_eq!(json["prefill_per_token"]["warm_rows"], 3.0);
+        assert!(json.get("warm").is_none(), "flattened: {json}");
     }
 }

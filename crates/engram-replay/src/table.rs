@@ -22,7 +22,7 @@ pub fn about() -> BTreeMap<&'static str, &'static str> {
         ("cpu", "process user+system CPU time outside the compute model (compute model's own thread CPU time subtracted)"),
         ("device.iops", "random 4 KiB uncached reads per second at device.depth reads in flight"),
         ("io.bytes_read", "bytes moved from storage (uncached reads move whole 4 KiB pages)"),
-        ("io.warm_bytes", "engine schedules: bytes the prefill's page-cache warm-up moved from storage (rows read ahead of the ring only to bring them into the page cache, the bytes dropped; warm_rows and warm_reads count them), not in io.bytes_read: the device moved bytes_read + warm_bytes"),
+        ("io.warm_bytes", "engine schedules: bytes the prefill's page-cache warm-up moved from storage (rows read ahead of the ring only to bring them into the page cache, the bytes dropped; warm_rows and warm_reads count them), not in io.bytes_read, which holds the ring's later page-cache reads of those rows: the prefill's reads moved bytes_read + warm_bytes"),
         ("io.prefill_per_token", "engine schedules: rows per prompt token served by the hot tier (hot_rows), read from storage (storage_rows: distinct per batch, neither hot nor cached), read requests (storage_reads), and the page-cache warm-up's rows and read requests (warm_rows, warm_reads; not in the other two)"),
         ("io.decode_per_step", "the same per decode step, hint reads between steps included"),
         ("hot", "the --hot set, loaded once per bench and shared by every engine schedule, prompt and repeat"),

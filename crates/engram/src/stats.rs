@@ -88,8 +88,10 @@ pub struct TableStats {
     /// (`Priority::Warm`: a later ring read finds them there; the bytes are
     /// dropped), distinct per batch and not served by a row cache or hot
     /// tier. Kept apart from every other row and read count:
-    /// `rows_unique`, `reads_issued` and `bytes_read` leave them out, so the
-    /// device bytes of a prefill are `bytes_read + warm_bytes`.
+    /// `rows_unique`, `reads_issued` and `bytes_read` leave them out, so a
+    /// prefill's reads moved `bytes_read + warm_bytes` (a warmed row is in
+    /// both: read from storage by the warm-up, then from the page cache by
+    /// the ring).
     #[serde(default)]
     pub warm_rows: u64,
     /// Reads issued to storage for those rows.

@@ -11,7 +11,7 @@ use engram::prefetch::{Engine, PrefetchConfig, Prefill, RowFormat, RowsView, Seq
 use engram::stats::{PhaseStats, Stats};
 use engram::Result;
 
-use super::{IoCounters, PhaseIo, PrefillRun, Schedule, ScheduleKind, ScheduleSetup};
+use super::{IoCounters, PhaseIo, PrefillRun, Schedule, ScheduleKind, ScheduleSetup, WarmIo};
 
 /// One of the engine-backed schedules.
 pub struct EngineSchedule {
@@ -151,9 +151,11 @@ fn counters(stats: &Stats) -> IoCounters {
         bytes_read: t.bytes_read,
         reads: t.reads_issued,
         hot_hits: t.hot_hits,
-        warm_rows: t.warm_rows,
-        warm_reads: t.warm_reads,
-        warm_bytes: t.warm_bytes,
+        warm: WarmIo {
+            warm_rows: t.warm_rows,
+            warm_reads: t.warm_reads,
+            warm_bytes: t.warm_bytes,
+        },
         prefill: Some(phase_io(&[&stats.prefill])),
         // Hints are read between decode steps, for the steps.
         decode: Some(phase_io(&[&stats.decode, &stats.hints])),

@@ -130,18 +130,28 @@ pub struct IoCounters {
     pub reads: u64,
     /// Rows served from the hot tier.
     pub hot_hits: u64,
-    /// Rows the engine's prefill read only to warm the page cache (not in
-    /// `rows_unique`; the peer's path has none).
-    pub warm_rows: u64,
-    /// Read requests those rows took (not in `reads`).
-    pub warm_reads: u64,
-    /// Bytes those reads moved from storage (not in `bytes_read`).
-    pub warm_bytes: u64,
+    /// The engine prefill's page-cache warm-up (the peer's path has none).
+    pub warm: WarmIo,
     /// The prefill's share (engine schedules; the peer's path does not
     /// split its counters by phase).
     pub prefill: Option<PhaseIo>,
     /// The decode steps' share, with the hint reads made between steps.
     pub decode: Option<PhaseIo>,
+}
+
+/// The engine prefill's page-cache warm-up reads: rows read ahead of the
+/// ring only to bring them into the page cache, kept out of the other
+/// counts. Its own struct so the report flattens the same fields into its
+/// JSON (`io.warm_rows`, ..).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WarmIo {
+    /// Rows read (not in `rows_unique`).
+    pub warm_rows: u64,
+    /// Read requests of those rows (not in `reads`).
+    pub warm_reads: u64,
+    /// Bytes those reads moved from storage (not in `bytes_read`, which
+    /// holds the ring's later page-cache reads of the same rows).
+    pub warm_bytes: u64,
 }
 
 /// Where one phase's rows came from.

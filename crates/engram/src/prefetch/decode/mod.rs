@@ -239,8 +239,9 @@ impl StepJob {
     /// read below already copies on this thread what is in memory (tier
     /// hits; the pread pool's page-cache prefix), so a try read a partly
     /// cached table's cached rows twice and cost an uncached one a second
-    /// `RWF_NOWAIT` read; measured no better with it (docs/bench.md, "One
-    /// read per decode table").
+    /// `RWF_NOWAIT` read. Without it `engram bench` measured the same
+    /// decode stall, warm and cold, within the noise of a shared 2-core
+    /// machine (docs/bench.md, "One read per decode table").
     fn read_claimed(&self, table: usize) {
         let t = &self.tables[table];
         match self.read(table, Priority::Demand) {
