@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::device::DeviceReport;
 use crate::floor::FloorReport;
-use crate::schedule::{IoCounters, IoTotals, PhaseIo};
+use crate::schedule::{IoCounters, IoTotals, PhaseIo, WarmIo};
 
 /// The whole benchmark: its settings, the device, and per prompt every
 /// repeat of every schedule with the median and spread of each figure.
@@ -240,6 +240,10 @@ pub struct IoReport {
     /// The run's counts (flattened: `io.rows_requested`, ...).
     #[serde(flatten)]
     pub totals: IoTotals,
+    /// The prefill's page-cache warm-up (engine schedules), as
+    /// `warm_rows`, `warm_reads` and `warm_bytes` beside the others.
+    #[serde(flatten)]
+    pub warm: WarmIo,
     /// Rows per prefill token, by where they came from (engine schedules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefill_per_token: Option<PhaseRates>,
@@ -257,6 +261,10 @@ pub struct PhaseRates {
     pub storage_rows: f64,
     /// Read requests issued to storage.
     pub storage_reads: f64,
+    /// Rows read only to warm the page cache (not in `storage_rows`).
+    pub warm_rows: f64,
+    /// Read requests of those rows (not in `storage_reads`).
+    pub warm_reads: f64,
 }
 
 impl PhaseRates {
@@ -266,6 +274,8 @@ impl PhaseRates {
             hot_rows: io.hot_rows as f64 / per,
             storage_rows: io.storage_rows as f64 / per,
             storage_reads: io.storage_reads as f64 / per,
+            warm_rows: io.warm_rows as f64 / per,
+            warm_reads: io.warm_reads as f64 / per,
         }
     }
 }
@@ -276,6 +286,7 @@ impl IoReport {
     pub fn new(c: &IoCounters, prefill_tokens: usize, decode_steps: usize) -> IoReport {
         IoReport {
             totals: c.totals,
+            warm: c.warm,
             prefill_per_token: c.prefill.map(|p| PhaseRates::of(&p, prefill_tokens)),
             decode_per_step: c.decode.map(|d| PhaseRates::of(&d, decode_steps)),
         }
@@ -327,5 +338,38 @@ mod tests {
         assert!((s.p99 - 99.0).abs() < 0.1, "{s:?}");
         assert!((s.max - 100.0).abs() < 0.1, "{s:?}");
         assert_eq!(StallSummary::of(&[]), StallSummary::default());
+    }
+
+    #[test]
+    fn warm_up_counts_are_new_fields_beside_the_old_ones() {
+        let counters = IoCounters {
+            totals: IoTotals {
+                bytes_read: 8192,
+                reads: 2,
+                ..IoTotals::default()
+            },
+            warm: WarmIo {
+                warm_rows: 30,
+                warm_reads: 20,
+                warm_bytes: 4096 * 20,
+            },
+            prefill: Some(PhaseIo {
+                storage_reads: 2,
+                warm_rows: 30,
+                warm_reads: 20,
+                ..PhaseIo::default()
+            }),
+            ..IoCounters::default()
+        };
+        let json = serde_json::to_value(IoReport::new(&counters, 10, 1)).unwrap();
+        // The old fields keep their names and values; the warm-up's are
+        // beside them, not added into them.
+        assert_eq!(json["bytes_read"], 8192);
+        assert_eq!(json["reads"], 2);
+        assert_eq!(json["warm_bytes"], 4096 * 20);
+        assert_eq!(json["warm_reads"], 20);
+        assert_eq!(json["prefill_per_token"]["storage_reads"], 0.2);
+        assert_eq!(json["prefill_per_token"]["warm_rows"], 3.0);
+        assert!(json.get("warm").is_none(), "flattened: {json}");
     }
 }

@@ -22,7 +22,8 @@ pub fn about() -> BTreeMap<&'static str, &'static str> {
         ("cpu", "process user+system CPU time outside the compute model (compute model's own thread CPU time subtracted)"),
         ("device.iops", "random 4 KiB uncached reads per second at device.depth reads in flight"),
         ("io.bytes_read", "bytes moved from storage (uncached reads move whole 4 KiB pages)"),
-        ("io.prefill_per_token", "engine schedules: rows per prompt token served by the hot tier (hot_rows), read from storage (storage_rows: distinct per batch, neither hot nor cached) and read requests (storage_reads)"),
+        ("io.warm_bytes", "engine schedules: bytes the prefill's page-cache warm-up moved from storage (rows read ahead of the ring only to bring them into the page cache, the bytes dropped; warm_rows and warm_reads count them), not in io.bytes_read, which holds the ring's later page-cache reads of those rows: the prefill's reads moved bytes_read + warm_bytes"),
+        ("io.prefill_per_token", "engine schedules: rows per prompt token served by the hot tier (hot_rows), read from storage (storage_rows: distinct per batch, neither hot nor cached), read requests (storage_reads), and the page-cache warm-up's rows and read requests (warm_rows, warm_reads; not in the other two)"),
         ("io.decode_per_step", "the same per decode step, hint reads between steps included"),
         ("hot", "the --hot set, loaded once per bench and shared by every engine schedule, prompt and repeat"),
     ])
@@ -79,10 +80,12 @@ impl Report {
             "\nprefill: wall, compute and time blocked on rows (s), the floor a perfect scheduler \
              would leave on this device (s) and stall / floor; decode: steps/s against the \
              compute-only rate and the per-step stall over both tables (us); cpu: process CPU \
-             outside the compute model per prefill token and per decode step (us); rows: rows \
-             served by the hot tier, rows read from storage (distinct per batch, neither hot nor \
-             cached) and read requests, per prefill token and per decode step (hint reads \
-             between steps included; engine schedules)."
+             outside the compute model per prefill token and per decode step (us); MB read: \
+             bytes from storage, warm MB: the prefill's page-cache warm-up on top (engine \
+             schedules); rows: rows served by the hot tier, rows read from storage (distinct per \
+             batch, neither hot nor cached) and read requests, per prefill token and per decode \
+             step (hint reads between steps included; engine schedules), and the prefill's warm-up \
+             rows and read requests per token (not in the others)."
         );
         if self.repeat > 1 {
             let _ = writeln!(
@@ -115,9 +118,9 @@ fn prompt_table(out: &mut String, p: &PromptReport, repeat: usize) {
     );
     let _ = writeln!(
         out,
-        "{:<9} | {:>9} {:>9} {:>8} {:>8} {:>7} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>8} | {:>8} {:>7} {:>7}",
+        "{:<9} | {:>9} {:>9} {:>8} {:>8} {:>7} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>8} | {:>8} {:>7} {:>7} {:>7}",
         "schedule", "prefill s", "compute s", "stall s", "floor s", "x floor", "decode/s", "floor/s",
-        "mean us", "p50 us", "p99 us", "max us", "cpu/tok", "cpu/step", "MB read", "hits", "peak MB"
+        "mean us", "p50 us", "p99 us", "max us", "cpu/tok", "cpu/step", "MB read", "warm MB", "hits", "peak MB"
     );
     for s in &p.schedules {
         let name = s["name"].as_str().unwrap_or("?");
@@ -127,7 +130,7 @@ fn prompt_table(out: &mut String, p: &PromptReport, repeat: usize) {
         let over = med(s, "floor.stall_over_floor");
         let _ = writeln!(
             out,
-            "{:<9} | {:>9.2} {:>9.2} {:>8.3} {:>8.3} {:>7} | {:>8.2} {:>8.2} {:>8.0} {:>8.0} {:>8.0} {:>8.0} | {:>7.1} {:>8.0} | {:>8.1} {:>7.0} {:>7.0}",
+            "{:<9} | {:>9.2} {:>9.2} {:>8.3} {:>8.3} {:>7} | {:>8.2} {:>8.2} {:>8.0} {:>8.0} {:>8.0} {:>8.0} | {:>7.1} {:>8.0} | {:>8.1} {:>7.1} {:>7.0} {:>7.0}",
             name,
             med(s, "prefill.seconds"),
             med(s, "prefill.compute_seconds"),
@@ -143,6 +146,7 @@ fn prompt_table(out: &mut String, p: &PromptReport, repeat: usize) {
             med(s, "cpu.prefill_us_per_token"),
             med(s, "cpu.decode_us_per_step"),
             med(s, "io.bytes_read") / 1e6,
+            med(s, "io.warm_bytes") / 1e6,
             med(s, "io.cache_hits"),
             med(s, "peak_rss_bytes") / 1e6,
         );
@@ -168,24 +172,34 @@ fn prompt_table(out: &mut String, p: &PromptReport, repeat: usize) {
 /// decode step (medians; `~` lines give min-max when repeated). The peer's
 /// path does not split its counters by phase, so it has no line.
 fn rows_table(out: &mut String, p: &PromptReport, repeat: usize) {
-    const RATES: [(&str, &str); 3] = [
+    const RATES: [(&str, &str); 5] = [
         ("hot_rows", "hot"),
         ("storage_rows", "stor"),
         ("storage_reads", "reads"),
+        ("warm_rows", "warm"),
+        ("warm_reads", "wreads"),
     ];
-    const PHASES: [(&str, &str); 2] = [("prefill_per_token", "tok"), ("decode_per_step", "step")];
+    // Per phase, how many of RATES it shows: only a prefill warms.
+    const PHASES: [(&str, &str, usize); 2] = [
+        ("prefill_per_token", "tok", 5),
+        ("decode_per_step", "step", 3),
+    ];
     let phased: Vec<&Value> = p
         .schedules
         .iter()
-        .filter(|s| PHASES.iter().all(|(phase, _)| s["io"].get(phase).is_some()))
+        .filter(|s| {
+            PHASES
+                .iter()
+                .all(|(phase, ..)| s["io"].get(phase).is_some())
+        })
         .collect();
     if phased.is_empty() {
         return;
     }
     let mut head = format!("{:<9}", "rows");
-    for (_, unit) in PHASES {
+    for (_, unit, shown) in PHASES {
         head.push_str(" |");
-        for (_, label) in RATES {
+        for (_, label) in &RATES[..shown] {
             let _ = write!(head, " {:>10}", format!("{label}/{unit}"));
         }
     }
@@ -193,9 +207,9 @@ fn rows_table(out: &mut String, p: &PromptReport, repeat: usize) {
     for s in phased {
         let mut line = format!("{:<9}", s["name"].as_str().unwrap_or("?"));
         let mut spread = String::new();
-        for (phase, unit) in PHASES {
+        for (phase, unit, shown) in PHASES {
             line.push_str(" |");
-            for (rate, label) in RATES {
+            for (rate, label) in &RATES[..shown] {
                 let path = format!("io.{phase}.{rate}");
                 let _ = write!(line, " {:>10.2}", med(s, &path));
                 let _ = write!(spread, " {label}/{unit} {}", span(s, &path, 2));

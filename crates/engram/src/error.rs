@@ -75,13 +75,6 @@ pub enum Error {
     /// A caller passed a value outside what the call accepts.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// A [`crate::io::Priority::Resident`] read found a row that is not in
-    /// memory: nothing failed, the rows must be read from storage.
-    #[error("rows of table {table} are not all in memory")]
-    NotResident {
-        /// Table index (0-based, in layer order).
-        table: usize,
-    },
     /// The operation was cancelled (its sequence, prefill or engine was dropped).
     #[error("cancelled")]
     Cancelled,
@@ -145,8 +138,7 @@ pub enum ErrorKind {
     InvalidArgument,
     /// [`Error::Cancelled`].
     Cancelled,
-    /// [`Error::Internal`], and an [`Error::NotResident`] that escaped the
-    /// engine (it never should: the engine falls back to a storage read).
+    /// [`Error::Internal`].
     Internal,
 }
 
@@ -164,9 +156,7 @@ impl Error {
             Error::RowRead { .. } => ErrorKind::RowRead,
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
             Error::Cancelled => ErrorKind::Cancelled,
-            // The engine answers every `NotResident` by reading from
-            // storage, so one that reaches an embedder is a library bug.
-            Error::NotResident { .. } | Error::Internal(_) => ErrorKind::Internal,
+            Error::Internal(_) => ErrorKind::Internal,
         }
     }
 }

@@ -84,6 +84,22 @@ pub struct TableStats {
     /// the consumer's rows are `rows_requested - ahead_rows + reuse_hits`.
     #[serde(default)]
     pub ahead_rows: u64,
+    /// Rows a prefill read only to bring them into the page cache
+    /// (`Priority::Warm`: a later ring read finds them there; the bytes are
+    /// dropped), distinct per batch and not served by a row cache or hot
+    /// tier. Kept apart from every other row and read count:
+    /// `rows_unique`, `reads_issued` and `bytes_read` leave them out, so a
+    /// prefill's reads moved `bytes_read + warm_bytes` (a warmed row is in
+    /// both: read from storage by the warm-up, then from the page cache by
+    /// the ring).
+    #[serde(default)]
+    pub warm_rows: u64,
+    /// Reads issued to storage for those rows.
+    #[serde(default)]
+    pub warm_reads: u64,
+    /// Bytes those reads moved from storage.
+    #[serde(default)]
+    pub warm_bytes: u64,
     /// Reads issued to storage.
     pub reads_issued: u64,
     /// Bytes read from storage.
@@ -130,6 +146,9 @@ impl TableStats {
         self.hot_hits += other.hot_hits;
         self.reuse_hits += other.reuse_hits;
         self.ahead_rows += other.ahead_rows;
+        self.warm_rows += other.warm_rows;
+        self.warm_reads += other.warm_reads;
+        self.warm_bytes += other.warm_bytes;
         self.reads_issued += other.reads_issued;
         self.bytes_read += other.bytes_read;
         self.batches += other.batches;
@@ -198,7 +217,16 @@ struct TableRecord {
     stall_per_token: Histogram<u64>,
     reuse_hits: u64,
     ahead_rows: u64,
+    warm: WarmTotals,
     io: BatchStatsTotals,
+}
+
+/// Page-cache warm-up reads of one table ([`StatsRecorder::record_warm`]).
+#[derive(Default)]
+struct WarmTotals {
+    rows: u64,
+    reads: u64,
+    bytes: u64,
 }
 
 #[derive(Default)]
@@ -254,6 +282,7 @@ impl StatsRecorder {
                     stall_per_token: histogram(),
                     reuse_hits: 0,
                     ahead_rows: 0,
+                    warm: WarmTotals::default(),
                     io: BatchStatsTotals::default(),
                 })
                 .collect(),
@@ -315,6 +344,19 @@ impl StatsRecorder {
         });
     }
 
+    /// Records one page-cache warm-up read of `table` (its own counters,
+    /// not a batch: see [`TableStats::warm_rows`]).
+    pub fn record_warm(&self, phase: Phase, table: usize, batch: &BatchStats) {
+        self.with_phase(phase, |p| {
+            if let Some(t) = p.tables.get_mut(table) {
+                let tiers = batch.cache_hits + batch.hot_hits;
+                t.warm.rows += batch.rows_unique.saturating_sub(tiers);
+                t.warm.reads += batch.reads_issued;
+                t.warm.bytes += batch.bytes_read;
+            }
+        });
+    }
+
     /// Records one batch read of `table`.
     pub fn record_batch(&self, phase: Phase, table: usize, batch: &BatchStats) {
         self.with_phase(phase, |p| {
@@ -368,6 +410,9 @@ fn phase_stats(r: &PhaseRecord) -> PhaseStats {
                 hot_hits: t.io.hot_hits,
                 reuse_hits: t.reuse_hits,
                 ahead_rows: t.ahead_rows,
+                warm_rows: t.warm.rows,
+                warm_reads: t.warm.reads,
+                warm_bytes: t.warm.bytes,
                 reads_issued: t.io.reads_issued,
                 bytes_read: t.io.bytes_read,
                 batches: t.io.batches,
@@ -410,6 +455,43 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn warm_reads_have_their_own_counters_and_older_json_still_parses() {
+        let rec = StatsRecorder::new(1);
+        let warm = BatchStats {
+            rows_requested: 10,
+            rows_unique: 10,
+            cache_hits: 3,
+            reads_issued: 6,
+            bytes_read: 6 * 4096,
+            ..BatchStats::default()
+        };
+        rec.record_warm(Phase::Prefill, 0, &warm);
+        rec.record_warm(Phase::Prefill, 0, &warm);
+        let s = rec.snapshot();
+        let t = &s.prefill.tables[0];
+        // Rows a tier served are not device reads.
+        assert_eq!(
+            (t.warm_rows, t.warm_reads, t.warm_bytes),
+            (14, 12, 12 * 4096)
+        );
+        assert_eq!(
+            (t.rows_unique, t.reads_issued, t.bytes_read, t.batches),
+            (0, 0, 0, 0)
+        );
+        assert_eq!(s.total_counts().warm_bytes, 12 * 4096);
+        // A document written before the warm counters existed reads as 0.
+        let mut old: serde_json::Value = serde_json::from_str(&s.to_json()).unwrap();
+        for key in ["warm_rows", "warm_reads", "warm_bytes"] {
+            old["prefill"]["tables"][0]
+                .as_object_mut()
+                .unwrap()
+                .remove(key);
+        }
+        let back: Stats = serde_json::from_value(old).unwrap();
+        assert_eq!(back.prefill.tables[0].warm_bytes, 0);
+    }
 
     #[test]
     fn stall_spreads_over_tokens_and_serializes() {

@@ -245,38 +245,3 @@ fn auto_picks_a_working_backend() {
     assert_eq!(out, expected(8, 264, &[99]));
     assert!("nope".parse::<Backend>().is_err());
 }
-
-#[test]
-fn resident_reads_deliver_the_same_bytes_or_say_not_resident() {
-    let dir = tempfile::tempdir().unwrap();
-    for (config, source) in packed_and_split(dir.path()) {
-        for (table, seed, rows) in TWO_TABLES {
-            let ids = random_rows(seed * 7 + 3, rows, 300);
-            let mut out = vec![0u8; ids.len() * 264];
-            // Just written and read once: in the page cache.
-            source.read_rows(table, &ids, &mut out).unwrap();
-            let mut resident = vec![0u8; out.len()];
-            match source.read_rows_at(table, &ids, &mut resident, Priority::Resident) {
-                Ok(stats) => {
-                    assert!(
-                        resident == out,
-                        "{} table {table}: wrong bytes",
-                        source.name()
-                    );
-                    assert_eq!(stats.reads_issued, 0, "nothing queued to the engine");
-                }
-                Err(Error::NotResident { table: t }) => assert_eq!(t, table),
-                Err(e) => panic!("{}: {e}", source.name()),
-            }
-            // Linux's pread pool over buffered files reads the page cache
-            // with RWF_NOWAIT (ext4, xfs, btrfs and tmpfs support it).
-            let served = source.read_rows_at(table, &ids, &mut resident, Priority::Resident);
-            if cfg!(target_os = "linux") && config.backend == Backend::Psync && !config.direct {
-                assert!(served.is_ok(), "{}: {:?}", source.name(), served.err());
-            }
-            if config.direct || config.backend != Backend::Psync {
-                assert!(matches!(served, Err(Error::NotResident { .. })));
-            }
-        }
-    }
-}

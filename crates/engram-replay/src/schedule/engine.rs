@@ -11,7 +11,9 @@ use engram::prefetch::{Engine, PrefetchConfig, Prefill, RowFormat, RowsView, Seq
 use engram::stats::{PhaseStats, Stats};
 use engram::Result;
 
-use super::{IoCounters, IoTotals, PhaseIo, PrefillRun, Schedule, ScheduleKind, ScheduleSetup};
+use super::{
+    IoCounters, IoTotals, PhaseIo, PrefillRun, Schedule, ScheduleKind, ScheduleSetup, WarmIo,
+};
 
 /// One of the engine-backed schedules.
 pub struct EngineSchedule {
@@ -26,7 +28,7 @@ pub struct EngineSchedule {
 impl EngineSchedule {
     /// A fresh engine and sequence for `kind` (not `Ds4`).
     pub fn new(kind: ScheduleKind, setup: &ScheduleSetup<'_>) -> Result<EngineSchedule> {
-        // The documented switches (ENGRAM_RESIDENT, ENGRAM_READERS, ...)
+        // The documented switches (ENGRAM_WARM, ENGRAM_READERS, ...)
         // apply to the bench too, so settings can be compared A/B.
         let mut config = PrefetchConfig {
             format: if setup.f32_rows {
@@ -156,6 +158,11 @@ fn counters(stats: &Stats) -> IoCounters {
             reads: t.reads_issued,
             hot_hits: t.hot_hits,
         },
+        warm: WarmIo {
+            warm_rows: t.warm_rows,
+            warm_reads: t.warm_reads,
+            warm_bytes: t.warm_bytes,
+        },
         prefill: Some(phase_io(&[&stats.prefill])),
         // Hints are read between decode steps, for the steps.
         decode: Some(phase_io(&[&stats.decode, &stats.hints])),
@@ -168,6 +175,8 @@ fn phase_io(phases: &[&PhaseStats]) -> PhaseIo {
         io.hot_rows += t.hot_hits;
         io.storage_rows += t.rows_unique.saturating_sub(t.cache_hits + t.hot_hits);
         io.storage_reads += t.reads_issued;
+        io.warm_rows += t.warm_rows;
+        io.warm_reads += t.warm_reads;
     }
     io
 }

@@ -121,6 +121,8 @@ pub fn build(kind: ScheduleKind, setup: &ScheduleSetup<'_>) -> Result<Box<dyn Sc
 pub struct IoCounters {
     /// All phases and tables together.
     pub totals: IoTotals,
+    /// The engine prefill's page-cache warm-up (the peer's path has none).
+    pub warm: WarmIo,
     /// The prefill's share (engine schedules; the peer's path does not
     /// split its counters by phase).
     pub prefill: Option<PhaseIo>,
@@ -148,6 +150,21 @@ pub struct IoTotals {
     pub hot_hits: u64,
 }
 
+/// The engine prefill's page-cache warm-up reads: rows read ahead of the
+/// ring only to bring them into the page cache, kept out of the other
+/// counts. Its own struct so the report flattens the same fields into its
+/// JSON (`io.warm_rows`, ..).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WarmIo {
+    /// Rows read (not in `rows_unique`).
+    pub warm_rows: u64,
+    /// Read requests of those rows (not in `reads`).
+    pub warm_reads: u64,
+    /// Bytes those reads moved from storage (not in `bytes_read`, which
+    /// holds the ring's later page-cache reads of the same rows).
+    pub warm_bytes: u64,
+}
+
 /// Where one phase's rows came from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PhaseIo {
@@ -157,6 +174,10 @@ pub struct PhaseIo {
     pub storage_rows: u64,
     /// Read requests issued to storage (rows sharing a page coalesced).
     pub storage_reads: u64,
+    /// Rows read only to warm the page cache (not in `storage_rows`).
+    pub warm_rows: u64,
+    /// Read requests those rows took (not in `storage_reads`).
+    pub warm_reads: u64,
 }
 
 /// One run of a schedule: a sequence that takes a prefill, then decode steps.

@@ -97,18 +97,8 @@ pub trait ReadEngine: Send + Sync {
     fn name(&self) -> &'static str;
     /// Reads in flight at once.
     fn depth(&self) -> usize;
-    /// Starts `ops` into `buf` at `priority` (never [`Priority::Resident`]:
-    /// those go to [`ReadEngine::read_resident`]).
+    /// Starts `ops` into `buf` at `priority`.
     fn submit(&self, ops: Vec<ReadOp>, buf: BounceBuf, priority: Priority) -> Pending;
-
-    /// Reads `ops` into `buf` on the calling thread if every byte they need
-    /// is in the page cache, without waiting for storage; false when one is
-    /// not (or the engine cannot tell: the default), and `buf` is then
-    /// unspecified.
-    fn read_resident(&self, ops: &[ReadOp], buf: &mut [u8]) -> bool {
-        let _ = (ops, buf);
-        false
-    }
 }
 
 /// A [`RowSource`] over a set of table files, reading with engine `E`.
@@ -178,21 +168,13 @@ impl<E: ReadEngine> BatchSource<E> {
     /// Plans the sub-batch at `first` and submits it.
     fn start_sub_batch(
         &self,
-        spec_table: usize,
         spec: &TableSpec,
         request: &Request,
         first: usize,
         priority: Priority,
     ) -> Result<(SubBatch, Pending)> {
         let batch = plan::sub_batch(spec, request, first, self.limits);
-        let mut buf = self.take_buffer(batch.buf_len)?;
-        if priority == Priority::Resident {
-            if !self.engine.read_resident(&batch.ops, buf.as_mut_slice()) {
-                self.return_buffer(buf);
-                return Err(Error::NotResident { table: spec_table });
-            }
-            return Ok((batch, Pending::ready(Completed::immediate(buf, None))));
-        }
+        let buf = self.take_buffer(batch.buf_len)?;
         let pending = self.engine.submit(batch.ops.clone(), buf, priority);
         Ok((batch, pending))
     }
@@ -317,8 +299,7 @@ impl<E: ReadEngine> RowSource for BatchSource<E> {
         let mut first = 0;
         loop {
             while in_flight.len() < 2 && first < request.unique_rows() {
-                let (batch, pending) =
-                    self.start_sub_batch(table, spec, &request, first, priority)?;
+                let (batch, pending) = self.start_sub_batch(spec, &request, first, priority)?;
                 first += batch.count;
                 in_flight.push_back((batch, pending));
             }

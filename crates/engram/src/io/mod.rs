@@ -58,14 +58,6 @@ pub enum Priority {
     /// keeps such a row only from the second time it reads it (a
     /// doorkeeper), while demand and hint rows it always keeps.
     Prefill,
-    /// Only what is already in memory, read on the calling thread without
-    /// waiting for storage: the row cache, and on Linux the page cache
-    /// (`preadv2` with `RWF_NOWAIT`). A call with any row not resident
-    /// fails with [`Error::NotResident`] (its output is then unspecified)
-    /// and the caller reads the rows at [`Priority::Demand`] instead.
-    /// Backends that cannot tell (macOS, direct I/O, io_uring, mmap) answer
-    /// every storage read so.
-    Resident,
     /// A prefill's rows read ahead only to bring them into the page cache
     /// (the bytes are dropped): served as [`Priority::Demand`]; a row cache
     /// in front of the source neither keeps them nor counts them as seen.

@@ -21,7 +21,7 @@ use super::batch::{
     check_submission, read_op_positional, BounceBuf, Completed, OpError, Pending, ReadEngine,
 };
 use super::files::PositionalRead;
-use super::plan::{check_ops, ReadOp};
+use super::plan::ReadOp;
 use super::threads::ReaderSched;
 use super::Priority;
 
@@ -257,10 +257,6 @@ impl ReadEngine for PsyncEngine {
         self.depth
     }
 
-    fn read_resident(&self, ops: &[ReadOp], buf: &mut [u8]) -> bool {
-        check_ops(ops, buf.len()).is_ok() && self.read_cached_prefix(ops, buf, None) == ops.len()
-    }
-
     fn submit(&self, ops: Vec<ReadOp>, buf: BounceBuf, priority: Priority) -> Pending {
         let mut buf = match check_submission(&ops, buf) {
             Ok(buf) => buf,
@@ -291,11 +287,7 @@ impl ReadEngine for PsyncEngine {
         });
         let n = n - inline;
         let (queue, helpers) = match priority {
-            // Resident reads never reach an engine (BatchSource serves
-            // them inline); queued as demand if one did.
-            Priority::Demand | Priority::Prefill | Priority::Resident | Priority::Warm => {
-                (&self.demand, self.depth)
-            }
+            Priority::Demand | Priority::Prefill | Priority::Warm => (&self.demand, self.depth),
             Priority::Hint => (&self.hint, (self.depth / 4).max(1)),
         };
         if let Some(queue) = queue {

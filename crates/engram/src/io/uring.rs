@@ -181,13 +181,10 @@ impl ReadEngine for UringEngine {
     }
 
     fn submit(&self, ops: Vec<ReadOp>, buf: BounceBuf, priority: Priority) -> Pending {
-        // Resident reads never reach an engine (BatchSource serves them
-        // inline); one that did is served as demand, not left unserved.
+        // The ring has two queues: every priority but hints is demand.
         let priority = match priority {
             Priority::Hint => Priority::Hint,
-            Priority::Demand | Priority::Prefill | Priority::Resident | Priority::Warm => {
-                Priority::Demand
-            }
+            Priority::Demand | Priority::Prefill | Priority::Warm => Priority::Demand,
         };
         let mut buf = match check_submission(&ops, buf) {
             Ok(buf) => buf,

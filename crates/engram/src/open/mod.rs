@@ -46,7 +46,7 @@ pub struct EngineBuilder {
 
 impl EngineBuilder {
     /// The defaults, with the ENGRAM_PREFETCH / ENGRAM_PIPELINE /
-    /// ENGRAM_BATCH / ENGRAM_RESIDENT / ENGRAM_READERS environment switches
+    /// ENGRAM_BATCH / ENGRAM_WARM / ENGRAM_READERS environment switches
     /// applied to the scheduler options (ENGRAM_READERS to the pread pool's
     /// workers as well).
     pub fn from_env() -> EngineBuilder {

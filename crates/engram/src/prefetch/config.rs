@@ -121,10 +121,6 @@ pub struct PrefetchConfig {
     /// `false` (ENGRAM_BATCH=0): rows are read one at a time, one request
     /// per row, instead of in batches.
     pub batch: bool,
-    /// `false` (ENGRAM_RESIDENT=0): a decode step's rows always go to a
-    /// reader thread, even when they are all in memory (row cache, page
-    /// cache) and could be copied on the caller's thread without waiting.
-    pub resident: bool,
     /// Row format handed to the consumer.
     pub format: RowFormat,
     /// Pool threads serving prefill chunks and hints (default 4).
@@ -161,7 +157,6 @@ impl Default for PrefetchConfig {
             prefetch: true,
             pipeline: true,
             batch: true,
-            resident: true,
             format: RowFormat::Raw,
             workers: 4,
             decode_workers: 2,
@@ -183,7 +178,7 @@ impl PrefetchConfig {
     }
 
     /// Applies ENGRAM_PREFETCH, ENGRAM_PIPELINE, ENGRAM_BATCH,
-    /// ENGRAM_RESIDENT and ENGRAM_WARM as looked up by `var`: a value of `0` turns the
+    /// and ENGRAM_WARM as looked up by `var`: a value of `0` turns the
     /// feature off, `1` on; unset or anything else leaves it as it is. And
     /// ENGRAM_READERS: a [`ReaderSched`] name sets [`PrefetchConfig::readers`];
     /// unset or anything else leaves it. ENGRAM_PREFILL_ORDER: a
@@ -200,7 +195,6 @@ impl PrefetchConfig {
         switch("ENGRAM_PREFETCH", &mut self.prefetch);
         switch("ENGRAM_PIPELINE", &mut self.pipeline);
         switch("ENGRAM_BATCH", &mut self.batch);
-        switch("ENGRAM_RESIDENT", &mut self.resident);
         switch("ENGRAM_WARM", &mut self.warm_page_cache);
         if let Some(class) = var("ENGRAM_READERS")
             .as_deref()

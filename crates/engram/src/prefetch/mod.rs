@@ -148,7 +148,6 @@ impl Engine {
             &shared.decode,
             ReadMode {
                 batch: shared.config.batch,
-                resident: shared.config.resident,
             },
             &shared.source,
             &stats,

@@ -248,7 +248,6 @@ pub fn duplicate_error(error: &Error) -> Error {
             source: io_copy(source),
         },
         Error::InvalidArgument(message) => Error::InvalidArgument(message.clone()),
-        Error::NotResident { table } => Error::NotResident { table: *table },
         Error::Cancelled => Error::Cancelled,
         Error::Internal(message) => Error::Internal(message.clone()),
     }

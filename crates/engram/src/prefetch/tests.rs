@@ -239,7 +239,7 @@ fn prefill_memory_grows_by_need_and_stays_within_the_ring_and_store_budgets() {
 /// Table 1's reader, its ring and store full while the consumer is still on
 /// table 0 (a layer sweep), reads the rest of its rows into the page cache
 /// (`Priority::Warm`), and the rows it then delivers are exact; with the
-/// warm-up off it reads none that way.
+/// warm-up off it reads none that way; the prefill's stats count those reads.
 #[test]
 fn a_full_ring_and_store_go_on_warming_the_page_cache_unless_told_not_to() {
     use std::sync::atomic::Ordering;
@@ -274,8 +274,17 @@ fn a_full_ring_and_store_go_on_warming_the_page_cache_unless_told_not_to() {
                 assert!(view.to_vec() == want, "table 1 tokens {from}..{upto}");
             }
             drop(prefill);
-            if !warm {
-                assert_eq!(probe.warm_rows[1].load(Ordering::Relaxed), 0);
+            // The warm-up's reads are in the prefill's stats, apart from
+            // the rows it delivered.
+            let stats = seq.stats().prefill.tables[1].clone();
+            let warmed = probe.warm_rows[1].load(Ordering::Relaxed) as u64;
+            assert_eq!(stats.warm_rows, warmed, "{stats:?}");
+            assert_eq!(stats.warm_bytes, warmed * ROW_BYTES as u64, "{stats:?}");
+            if warm {
+                assert!(stats.warm_rows > 0 && stats.warm_reads > 0, "{stats:?}");
+            } else {
+                assert_eq!(warmed, 0);
+                assert_eq!((stats.warm_rows, stats.warm_reads), (0, 0), "{stats:?}");
             }
         });
     }

@@ -9,16 +9,18 @@
 //! Rows already in memory never wait for a second thread hop: a table is
 //! read by whoever claims it first, the step's reader task or the consumer
 //! at the table's wait when the reader has not started it (a busy CPU runs
-//! a woken reader late: measured up to milliseconds), and either copies
-//! the rows itself when they are all resident (the row cache; on Linux the
-//! page cache, read with `preadv2(RWF_NOWAIT)`) instead of handing them to
-//! the engine's pread pool; see [`ResidentProbe`]. macOS has no
-//! non-blocking read of the page cache: there only row-cache hits are
-//! copied this way, and a page-cache hit goes to the pool as a miss does.
+//! a woken reader late: measured up to milliseconds). That thread reads at
+//! [`Priority::Demand`] and copies whatever is in memory itself: row-cache
+//! (and hot-tier) hits in the tier in front of the source, and on Linux the
+//! page-cache prefix of the batch, which the pread pool reads with
+//! `preadv2(RWF_NOWAIT)` on the calling thread, waking its workers only from
+//! the first read that would block (`io::psync`). macOS has no non-blocking
+//! read of the page cache: there only tier hits are copied this way, and a
+//! page-cache hit goes to the pool as a miss does.
 
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -77,48 +79,6 @@ struct HeldHints {
 pub(crate) struct ReadMode {
     /// `false`: one request per row (ENGRAM_BATCH=0).
     pub batch: bool,
-    /// Serve tables whose rows are all in memory on the caller's thread.
-    pub resident: bool,
-}
-
-/// When a table's read tries memory first ([`Priority::Resident`]).
-///
-/// Why not always: a try that fails costs the row cache lookups and one
-/// `RWF_NOWAIT` read before the rows are read from storage anyway (on a
-/// cold table at scale 8, cache lookups on the forward thread measured 163
-/// us of stall for `full` against 45 us without). So after a table that
-/// was not all resident the next `skip` reads go straight to storage,
-/// `skip` doubling up to [`MAX_SKIP`]; a resident table resets it. A
-/// heuristic shared by the reader and the consumer: relaxed atomics.
-#[derive(Default)]
-struct ResidentProbe {
-    skip: AtomicU32,
-    backoff: AtomicU32,
-}
-
-/// Steps at most between two tries of a cold sequence.
-const MAX_SKIP: u32 = 64;
-
-impl ResidentProbe {
-    /// True when this step should try memory first.
-    fn try_now(&self) -> bool {
-        let skip = self.skip.load(Ordering::Relaxed);
-        if skip > 0 {
-            self.skip.store(skip - 1, Ordering::Relaxed);
-        }
-        skip == 0
-    }
-
-    /// Records whether the try served the table.
-    fn record(&self, resident: bool) {
-        let backoff = if resident {
-            0
-        } else {
-            (self.backoff.load(Ordering::Relaxed) * 2).clamp(1, MAX_SKIP)
-        };
-        self.backoff.store(backoff, Ordering::Relaxed);
-        self.skip.store(backoff, Ordering::Relaxed);
-    }
 }
 
 /// A sequence's decode state shared with the step readers.
@@ -135,7 +95,6 @@ pub(crate) struct StepJob {
     row_bytes: Vec<usize>,
     decode: Vec<Option<Encoding>>,
     mode: ReadMode,
-    probe: ResidentProbe,
     source: Arc<dyn RowSource>,
     stats: Arc<StatsRecorder>,
 }
@@ -174,14 +133,13 @@ impl StepJob {
             row_bytes,
             decode: decode.to_vec(),
             mode,
-            probe: ResidentProbe::default(),
             source: source.clone(),
             stats: stats.clone(),
         }
     }
 
     /// Reads the current step's rows of `table` into its buffer at
-    /// `priority` (at [`Priority::Resident`]: only if all are in memory).
+    /// `priority`.
     ///
     /// Caller guarantees no view of the buffer is live and no other reader
     /// runs (one step task at a time per table; views borrow the sequence
@@ -274,19 +232,18 @@ impl StepJob {
         })]);
     }
 
-    /// Reads `table`'s rows (claimed by the caller): from memory on this
-    /// thread if [`ResidentProbe`] says to try and they are all there, else
-    /// from storage; then publishes them or the error.
+    /// Reads `table`'s rows (claimed by the caller) and publishes them or
+    /// the error.
+    ///
+    /// Why no memory-only try first (`Priority::Resident`, removed): the
+    /// read below already copies on this thread what is in memory (tier
+    /// hits; the pread pool's page-cache prefix), so a try read a partly
+    /// cached table's cached rows twice and cost an uncached one a second
+    /// `RWF_NOWAIT` read. Without it `engram bench` measured the same
+    /// decode stall, warm and cold, within the noise of a shared 2-core
+    /// machine (docs/bench.md, "One read per decode table").
     fn read_claimed(&self, table: usize) {
         let t = &self.tables[table];
-        if self.mode.resident && self.probe.try_now() {
-            let resident = self.read(table, Priority::Resident).is_ok();
-            self.probe.record(resident);
-            if resident {
-                t.ready.publish(1);
-                return;
-            }
-        }
         match self.read(table, Priority::Demand) {
             Ok(()) => t.ready.publish(1),
             Err(e) => t.ready.fail(e),

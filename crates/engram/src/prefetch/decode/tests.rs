@@ -8,11 +8,8 @@ use crate::io::threads::ReaderSched;
 use crate::io::{BatchStats, RowRequest, TableShape};
 use crate::prefetch::pool::Pool;
 
-/// Batched reads, tables in memory served on the caller's thread.
-const MODE: ReadMode = ReadMode {
-    batch: true,
-    resident: true,
-};
+/// Batched reads.
+const MODE: ReadMode = ReadMode { batch: true };
 
 /// A step job of sequence 1 over two raw tables of `cols` rows per step.
 fn step_job(cols: usize, source: &Arc<dyn RowSource>, stats: &Arc<StatsRecorder>) -> Arc<StepJob> {
@@ -56,10 +53,6 @@ impl RowSource for Probe {
     }
     fn read(&self, request: RowRequest<'_>, out: &mut [u8]) -> Result<BatchStats> {
         let (table, rows, priority) = (request.table, request.rows, request.priority);
-        // Storage, as far as a step can tell: never resident.
-        if priority == Priority::Resident {
-            return Err(Error::NotResident { table });
-        }
         let kind = if priority == Priority::Hint {
             "hint"
         } else {
@@ -226,27 +219,6 @@ fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
     waiter.join().unwrap();
     assert!(drained.is_ok(), "a hint was queued after the drop began");
     pool.shutdown();
-}
-
-#[test]
-fn a_step_not_all_in_memory_backs_off_trying_memory_first_and_one_that_is_resets() {
-    let probe = ResidentProbe::default();
-    assert!(probe.try_now());
-    // Misses: the skips double (1, 2, 4, ...) up to MAX_SKIP.
-    let mut expected = 1;
-    for _ in 0..10 {
-        probe.record(false);
-        for _ in 0..expected {
-            assert!(!probe.try_now());
-        }
-        assert!(probe.try_now());
-        expected = (expected * 2).min(MAX_SKIP);
-    }
-    assert_eq!(expected, MAX_SKIP);
-    // A step served from memory makes the next step try again.
-    probe.record(true);
-    assert!(probe.try_now());
-    assert!(probe.try_now());
 }
 
 /// A pool whose only decode thread runs a [`Gate`] until the returned

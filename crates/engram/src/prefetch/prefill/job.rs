@@ -232,17 +232,20 @@ impl TableJob {
         let mut scratch = lock(&self.warm_scratch);
         let len = rows.len() * self.source.row_bytes(self.table);
         let mut buf = sized(std::mem::take(&mut *scratch), len);
-        // Straight to the source, not through the stats: the prefill's row
+        // Straight to the source, not through `ReadCtx`: the prefill's row
         // counts stay those of the rows it delivers (the ring's later reads
-        // of these rows are counted, as page-cache reads).
+        // of these rows are counted there, as page-cache reads); the device
+        // reads of the warm-up have counters of their own.
         let request = RowRequest {
             table: self.table,
             rows: &rows,
             priority: Priority::Warm,
         };
-        let result = self.source.read(request, &mut buf[..len]).map(drop);
+        let result = self.source.read(request, &mut buf[..len]);
         *scratch = buf;
-        result
+        let batch = result?;
+        self.stats.record_warm(Phase::Prefill, self.table, &batch);
+        Ok(())
     }
 
     /// (token, row) of the first occurrence of each distinct row of tokens
