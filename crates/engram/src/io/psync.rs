@@ -25,16 +25,6 @@ use super::plan::ReadOp;
 use super::threads::ReaderSched;
 use super::Priority;
 
-/// Reads a batch has per worker it wakes, at least (the waiting thread
-/// also reads). Why: waking a worker costs the submitter a system call and
-/// the worker a trip through the scheduler, so a batch of 24 reads that
-/// woke 24 workers finished later than one that woke 6, each doing 4 in
-/// turn: cold decode batches of 24 rows, `engram iobench`, 2 cores, p50
-/// 234-512 us at 24 workers woken (depth 64) against 128-134 us at 8
-/// (depth 8) (docs/iobench.md). Prefill batches of thousands still wake
-/// every worker.
-const READS_PER_HELPER: usize = 4;
-
 /// Shared state of one batch while workers read it.
 struct Job {
     ops: Vec<ReadOp>,
@@ -291,10 +281,7 @@ impl ReadEngine for PsyncEngine {
             Priority::Hint => (&self.hint, (self.depth / 4).max(1)),
         };
         if let Some(queue) = queue {
-            // Each woken worker gets a few reads: a decode step's batch of
-            // tens of rows woke one worker per row, and waking them one by
-            // one cost more than the reads (below).
-            for _ in 0..helpers.min(n.div_ceil(READS_PER_HELPER)) {
+            for _ in 0..helpers.min(n) {
                 if queue.send(job.clone()).is_err() {
                     break;
                 }
