@@ -44,6 +44,9 @@ pub(super) struct TableJob {
     pub(super) stats: Arc<StatsRecorder>,
     /// The buffer page-cache warm reads land in and are dropped from.
     warm_scratch: Mutex<Vec<u8>>,
+    /// The stored bytes of an f32 table's rows before they are decoded,
+    /// kept between batches (one reader of the job at a time).
+    raw_scratch: Mutex<Vec<u8>>,
 }
 
 /// A table's reuse store and the next use of each of its row occurrences.
@@ -95,6 +98,7 @@ impl TableJob {
             source: setup.source.clone(),
             stats: setup.stats.clone(),
             warm_scratch: Mutex::new(Vec::new()),
+            raw_scratch: Mutex::new(Vec::new()),
         }
     }
 
@@ -155,7 +159,8 @@ impl TableJob {
                 }
                 (None, Some(enc)) => {
                     let out = unsafe { self.ring.slice_mut_f32(at, len / 4) };
-                    ctx.read_f32(self.table, &rows, enc, out)?;
+                    let mut raw = lock(&self.raw_scratch);
+                    ctx.read_f32_via(self.table, &rows, enc, out, &mut raw)?;
                 }
                 (None, None) => {
                     ctx.read(self.table, &rows, unsafe { self.ring.slice_mut(at, len) })?
@@ -272,13 +277,14 @@ impl TableJob {
                 // SAFETY: every bit pattern is a valid f32, and `out` is
                 // borrowed mutably for as long as `direct` lives.
                 let (head, direct, tail) = unsafe { out.align_to_mut::<f32>() };
+                let mut raw = lock(&self.raw_scratch);
                 if head.is_empty() && tail.is_empty() {
                     // Decoded in place: no second buffer and no copy
                     // (the ring and the store's scratch are f32-aligned).
-                    return ctx.read_f32(self.table, rows, enc, direct);
+                    return ctx.read_f32_via(self.table, rows, enc, direct, &mut raw);
                 }
                 let mut values = vec![0f32; rows.len() * ROW_DIM];
-                ctx.read_f32(self.table, rows, enc, &mut values)?;
+                ctx.read_f32_via(self.table, rows, enc, &mut values, &mut raw)?;
                 for (dst, v) in out.chunks_exact_mut(4).zip(&values) {
                     dst.copy_from_slice(&v.to_ne_bytes());
                 }
@@ -286,6 +292,47 @@ impl TableJob {
             }
             None => ctx.read(self.table, rows, out),
         }
+    }
+
+    /// Reads `rows` into the row slots `slots` of `out` (row `k` at
+    /// `slots[k] * row_bytes`). f32 rows are decoded from their stored bytes
+    /// straight into their slots; raw ones are read into the store's scratch
+    /// and copied. Why not decode into the scratch and copy, as before: the
+    /// copy moved a kilobyte per f32 row (callgrind, an f32 prefill of 4,096
+    /// tokens, docs/bench.md).
+    fn read_into_slots(
+        &self,
+        ctx: &ReadCtx<'_>,
+        reuse: &mut Reuse,
+        rows: &[u32],
+        slots: &[usize],
+        out: &mut [u8],
+    ) -> Result<()> {
+        let rb = self.row_bytes;
+        if let Some(enc) = self.decode {
+            // SAFETY: every bit pattern is a valid f32, and `out` is
+            // borrowed mutably for as long as `values` lives.
+            let (head, values, tail) = unsafe { out.align_to_mut::<f32>() };
+            if head.is_empty() && tail.is_empty() {
+                let mut raw = lock(&self.raw_scratch);
+                let stored = ctx.read_raw_via(self.table, rows, enc, &mut raw)?;
+                for ((bytes, row), &slot) in
+                    stored.chunks_exact(enc.row_bytes()).zip(rows).zip(slots)
+                {
+                    enc.decode_rows(bytes, &mut values[slot * ROW_DIM..][..ROW_DIM])
+                        .map_err(|e| e.into_error_at(self.table, std::slice::from_ref(row)))?;
+                }
+                return Ok(());
+            }
+        }
+        let len = rows.len() * rb;
+        let mut read = sized(std::mem::take(&mut reuse.scratch), len);
+        self.read_delivered(ctx, rows, &mut read[..len])?;
+        for (src, &i) in read[..len].chunks_exact(rb).zip(slots) {
+            out[i * rb..(i + 1) * rb].copy_from_slice(src);
+        }
+        reuse.scratch = read;
+        Ok(())
     }
 
     /// Fills `out` with the rows of tokens `first..end` (`rows`): those in
@@ -317,13 +364,7 @@ impl TableJob {
         if hits == 0 {
             self.read_delivered(ctx, rows, out)?;
         } else if !missing.is_empty() {
-            let len = missing.len() * rb;
-            let mut read = sized(std::mem::take(&mut reuse.scratch), len);
-            self.read_delivered(ctx, &missing, &mut read[..len])?;
-            for (src, &i) in read[..len].chunks_exact(rb).zip(&missing_at) {
-                out[i * rb..(i + 1) * rb].copy_from_slice(src);
-            }
-            reuse.scratch = read;
+            self.read_into_slots(ctx, reuse, &missing, &missing_at, out)?;
         }
         let base = first as usize * self.cols;
         for (i, &row) in rows.iter().enumerate() {
