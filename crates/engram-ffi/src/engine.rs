@@ -6,12 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use engram::codec::ROW_DIM;
-use engram::io::Backend;
 use engram::open::OpenEngine;
 use engram::prefetch::RowFormat;
 
 use crate::handles;
-use crate::options::{self, engram_options, ENGRAM_FORMAT_F32, ENGRAM_FORMAT_RAW};
+use crate::options::{self, engram_options};
 use crate::ptr::{c_str, check_out, slice_in, slice_out, write_out};
 use crate::status::{call, engram_status, FfiError, FfiResult};
 
@@ -94,8 +93,8 @@ impl EngineObj {
             vocab_size: layout.vocab_size() as u32,
             row_dim: ROW_DIM as u32,
             max_wait_tokens: config.ring_tokens(),
-            format: format_code(config.format),
-            backend: backend_code(self.backend),
+            format: options::format_code(config.format),
+            backend: options::backend_code(self.backend),
             cached: u32::from(self.cache.is_some()),
         }
     }
@@ -113,23 +112,6 @@ impl EngineObj {
             ));
         }
         Ok(self.0.read_rows(table, ids, format, out)?)
-    }
-}
-
-pub(crate) fn format_code(format: RowFormat) -> u32 {
-    match format {
-        RowFormat::Raw => ENGRAM_FORMAT_RAW,
-        RowFormat::F32 => ENGRAM_FORMAT_F32,
-    }
-}
-
-fn backend_code(backend: Backend) -> u32 {
-    use crate::options::*;
-    match backend {
-        Backend::Auto => ENGRAM_BACKEND_AUTO,
-        Backend::Psync => ENGRAM_BACKEND_PSYNC,
-        Backend::Uring => ENGRAM_BACKEND_URING,
-        Backend::Mmap => ENGRAM_BACKEND_MMAP,
     }
 }
 

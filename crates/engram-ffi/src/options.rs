@@ -127,10 +127,7 @@ impl engram_options {
             cache_bytes: 0,
             hot_path: std::ptr::null(),
             hot_mlock: 0,
-            prefill_order: match p.prefill_order {
-                PrefillOrder::Auto => ENGRAM_PREFILL_ORDER_AUTO,
-                PrefillOrder::Chunk => ENGRAM_PREFILL_ORDER_CHUNK,
-            },
+            prefill_order: code_of(p.prefill_order, PREFILL_ORDERS),
         }
     }
 
@@ -241,9 +238,41 @@ fn flag(value: u32, field: &str) -> FfiResult<bool> {
     }
 }
 
-/// The value of the C constant `value` among `choices` (constant, its
-/// name, the value), or an error naming `what` and the constants it takes.
-fn one_of<T: Copy>(value: u32, what: &str, choices: &[(u32, &str, T)]) -> FfiResult<T> {
+/// A C enum: each constant, its name in the header, and the value it stands
+/// for; read both ways ([`one_of`], [`code_of`]).
+type CEnum<T> = [(u32, &'static str, T)];
+
+/// `engram_options.backend`.
+const BACKENDS: &CEnum<Backend> = &[
+    (ENGRAM_BACKEND_AUTO, "ENGRAM_BACKEND_AUTO", Backend::Auto),
+    (ENGRAM_BACKEND_PSYNC, "ENGRAM_BACKEND_PSYNC", Backend::Psync),
+    (ENGRAM_BACKEND_URING, "ENGRAM_BACKEND_URING", Backend::Uring),
+    (ENGRAM_BACKEND_MMAP, "ENGRAM_BACKEND_MMAP", Backend::Mmap),
+];
+
+/// `engram_options.prefill_order`.
+const PREFILL_ORDERS: &CEnum<PrefillOrder> = &[
+    (
+        ENGRAM_PREFILL_ORDER_AUTO,
+        "ENGRAM_PREFILL_ORDER_AUTO",
+        PrefillOrder::Auto,
+    ),
+    (
+        ENGRAM_PREFILL_ORDER_CHUNK,
+        "ENGRAM_PREFILL_ORDER_CHUNK",
+        PrefillOrder::Chunk,
+    ),
+];
+
+/// Row formats (`ENGRAM_FORMAT_*`).
+const FORMATS: &CEnum<RowFormat> = &[
+    (ENGRAM_FORMAT_RAW, "ENGRAM_FORMAT_RAW", RowFormat::Raw),
+    (ENGRAM_FORMAT_F32, "ENGRAM_FORMAT_F32", RowFormat::F32),
+];
+
+/// The value of the C constant `value` among `choices`, or an error naming
+/// `what` and the constants it takes.
+fn one_of<T: Copy>(value: u32, what: &str, choices: &CEnum<T>) -> FfiResult<T> {
     if let Some(&(_, _, v)) = choices.iter().find(|(code, _, _)| *code == value) {
         return Ok(v);
     }
@@ -257,48 +286,35 @@ fn one_of<T: Copy>(value: u32, what: &str, choices: &[(u32, &str, T)]) -> FfiRes
     )))
 }
 
+/// The C constant of `value` in `choices` (every value has one).
+fn code_of<T: PartialEq>(value: T, choices: &CEnum<T>) -> u32 {
+    choices
+        .iter()
+        .find(|(_, _, v)| *v == value)
+        .map_or(0, |&(code, _, _)| code)
+}
+
 fn backend(value: u32) -> FfiResult<Backend> {
-    one_of(
-        value,
-        "options.backend",
-        &[
-            (ENGRAM_BACKEND_AUTO, "ENGRAM_BACKEND_AUTO", Backend::Auto),
-            (ENGRAM_BACKEND_PSYNC, "ENGRAM_BACKEND_PSYNC", Backend::Psync),
-            (ENGRAM_BACKEND_URING, "ENGRAM_BACKEND_URING", Backend::Uring),
-            (ENGRAM_BACKEND_MMAP, "ENGRAM_BACKEND_MMAP", Backend::Mmap),
-        ],
-    )
+    one_of(value, "options.backend", BACKENDS)
+}
+
+/// The C constant of a backend.
+pub(crate) fn backend_code(backend: Backend) -> u32 {
+    code_of(backend, BACKENDS)
 }
 
 fn prefill_order(value: u32) -> FfiResult<PrefillOrder> {
-    one_of(
-        value,
-        "options.prefill_order",
-        &[
-            (
-                ENGRAM_PREFILL_ORDER_AUTO,
-                "ENGRAM_PREFILL_ORDER_AUTO",
-                PrefillOrder::Auto,
-            ),
-            (
-                ENGRAM_PREFILL_ORDER_CHUNK,
-                "ENGRAM_PREFILL_ORDER_CHUNK",
-                PrefillOrder::Chunk,
-            ),
-        ],
-    )
+    one_of(value, "options.prefill_order", PREFILL_ORDERS)
 }
 
 /// A row format value (`ENGRAM_FORMAT_*`), `what` naming the argument.
 pub(crate) fn format(value: u32, what: &str) -> FfiResult<RowFormat> {
-    one_of(
-        value,
-        what,
-        &[
-            (ENGRAM_FORMAT_RAW, "ENGRAM_FORMAT_RAW", RowFormat::Raw),
-            (ENGRAM_FORMAT_F32, "ENGRAM_FORMAT_F32", RowFormat::F32),
-        ],
-    )
+    one_of(value, what, FORMATS)
+}
+
+/// The C constant of a row format.
+pub(crate) fn format_code(format: RowFormat) -> u32 {
+    code_of(format, FORMATS)
 }
 
 /// Fills `*options` with the defaults (ENGRAM_PREFETCH, ENGRAM_PIPELINE and

@@ -161,6 +161,47 @@ impl PsyncEngine {
         }
         Ok(engine)
     }
+
+    /// Reads `ops` in order on the calling thread while they are in the
+    /// page cache (`RWF_NOWAIT`), recording each latency, and returns how
+    /// many it read: the batch's remaining reads start at the first that
+    /// would block.
+    ///
+    /// Why: a worker is worth waking only for a read that waits on the
+    /// device. Handing page-cache copies (a microsecond each) to up to
+    /// `depth` woken workers costs more than the copies on a busy machine,
+    /// and the batch then waits for the slowest of them: measured on 2
+    /// busy cores (`engram bench`, warm tables, `--compute cpu`), `sync`'s
+    /// decode reads took 400-1,900 us per step this way against about 40
+    /// us for the peer's serial reads (docs/bench.md, "Reader scheduling").
+    /// Direct I/O bypasses the page cache, so nothing is tried; a platform
+    /// without `RWF_NOWAIT` answers "not cached" to the first try.
+    fn read_cached_prefix(&self, ops: &[ReadOp], buf: &mut [u8], latencies: &[AtomicU64]) -> usize {
+        if self.direct {
+            return 0;
+        }
+        // One clock read per op: each read ends where the next starts (the
+        // clock was half of this loop's instructions read twice per op).
+        let mut start = Instant::now();
+        for (i, op) in ops.iter().enumerate() {
+            let Some(file) = self.files.get(op.file) else {
+                return i;
+            };
+            let dst = &mut buf[op.buf_off..op.buf_off + op.len];
+            // A prefix alone is not enough: the job re-reads the op whole.
+            match file.read_at_nowait(dst, op.offset) {
+                Ok(Some(got)) if got >= op.need => {
+                    let now = Instant::now();
+                    // At least 1: a 0 means "not issued" (see `submit`).
+                    let ns = (now - start).as_nanos().max(1) as u64;
+                    latencies[i].store(ns, Ordering::Relaxed);
+                    start = now;
+                }
+                _ => return i,
+            }
+        }
+        ops.len()
+    }
 }
 
 fn worker(
@@ -188,56 +229,6 @@ fn worker(
     }
 }
 
-impl PsyncEngine {
-    /// Reads `ops` in order on the calling thread while they are in the
-    /// page cache (`RWF_NOWAIT`), recording each latency, and returns how
-    /// many it read: the batch's remaining reads start at the first that
-    /// would block.
-    ///
-    /// Why: a worker is worth waking only for a read that waits on the
-    /// device. Handing page-cache copies (a microsecond each) to up to
-    /// `depth` woken workers costs more than the copies on a busy machine,
-    /// and the batch then waits for the slowest of them: measured on 2
-    /// busy cores (`engram bench`, warm tables, `--compute cpu`), `sync`'s
-    /// decode reads took 400-1,900 us per step this way against about 40
-    /// us for the peer's serial reads (docs/bench.md, "Reader scheduling").
-    /// Direct I/O bypasses the page cache, so nothing is tried; a platform
-    /// without `RWF_NOWAIT` answers "not cached" to the first try.
-    fn read_cached_prefix(
-        &self,
-        ops: &[ReadOp],
-        buf: &mut [u8],
-        latencies: Option<&[AtomicU64]>,
-    ) -> usize {
-        if self.direct {
-            return 0;
-        }
-        // One clock read per op: each read ends where the next starts (the
-        // clock was half of this loop's instructions read twice per op).
-        let mut started = latencies.map(|_| Instant::now());
-        for (i, op) in ops.iter().enumerate() {
-            let Some(file) = self.files.get(op.file) else {
-                return i;
-            };
-            let dst = &mut buf[op.buf_off..op.buf_off + op.len];
-            // A prefix alone is not enough: the job re-reads the op whole.
-            match file.read_at_nowait(dst, op.offset) {
-                Ok(Some(got)) if got >= op.need => {
-                    if let (Some(latencies), Some(start)) = (latencies, started.as_mut()) {
-                        let now = Instant::now();
-                        // At least 1: a 0 means "not issued" (see `submit`).
-                        let ns = (now - *start).as_nanos().max(1) as u64;
-                        latencies[i].store(ns, Ordering::Relaxed);
-                        *start = now;
-                    }
-                }
-                _ => return i,
-            }
-        }
-        ops.len()
-    }
-}
-
 impl ReadEngine for PsyncEngine {
     fn name(&self) -> &'static str {
         "psync"
@@ -254,7 +245,7 @@ impl ReadEngine for PsyncEngine {
         };
         let n = ops.len();
         let latencies: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
-        let inline = self.read_cached_prefix(&ops, buf.as_mut_slice(), Some(&latencies));
+        let inline = self.read_cached_prefix(&ops, buf.as_mut_slice(), &latencies);
         if inline == n {
             return Pending::ready(Completed {
                 buf: Some(buf),

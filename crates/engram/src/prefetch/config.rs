@@ -38,14 +38,6 @@ impl PrefillOrder {
             _ => None,
         }
     }
-
-    /// The name [`PrefillOrder::parse`] takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            PrefillOrder::Auto => "auto",
-            PrefillOrder::Chunk => "chunk",
-        }
-    }
 }
 
 /// How rows are handed to the consumer.

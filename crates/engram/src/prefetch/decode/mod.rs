@@ -453,16 +453,10 @@ impl Task for StepTask {
 
     fn abandon(self: Box<Self>) {
         let StepTask { job, tables, .. } = *self;
-        let flights = tables
-            .iter()
-            .map(|&table| {
-                let t = &job.tables[table];
-                t.ready.cancel();
-                t.flight.clone()
-            })
-            .collect();
-        let job = Leaving::new(job, flights);
-        job.cancel_hints();
+        for &table in &tables {
+            job.tables[table].ready.cancel();
+        }
+        leaving(job, &tables).cancel_hints();
     }
 
     fn owner(&self) -> u64 {

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, Mutex};
 
-use super::super::read::ReadCtx;
+use super::super::read::{grown, ReadCtx};
 use super::super::ready::Ready;
 use super::super::reuse::{next_uses, NextUses, ReuseStore};
 use super::super::ring::RingBuf;
@@ -58,18 +58,6 @@ struct Reuse {
     /// megabytes per batch on pool threads grows the allocator's retained
     /// memory with the prompt.
     scratch: Vec<u8>,
-}
-
-/// `buf` grown to at least `len` bytes, its allocation and length kept.
-///
-/// Why not cleared to `len` zero bytes each time: every read writes all
-/// of the `len` bytes it is given, and zeroing the scratch was 14% of a
-/// prefill token's instructions (callgrind, docs/bench.md "CPU cost").
-fn sized(mut buf: Vec<u8>, len: usize) -> Vec<u8> {
-    if buf.len() < len {
-        buf.resize(len, 0);
-    }
-    buf
 }
 
 impl TableJob {
@@ -202,8 +190,8 @@ impl TableJob {
             batch: self.plan.batch,
         };
         let len = rows.len() * self.row_bytes;
-        let mut read = sized(scratch, len);
-        self.read_delivered(&ctx, &rows, &mut read[..len])?;
+        let mut read = scratch;
+        self.read_delivered(&ctx, &rows, grown(&mut read, len))?;
         self.stats
             .record_ahead(Phase::Prefill, self.table, rows.len() as u64);
         let mut reuse = lock(reuse);
@@ -236,7 +224,6 @@ impl TableJob {
         }
         let mut scratch = lock(&self.warm_scratch);
         let len = rows.len() * self.source.row_bytes(self.table);
-        let mut buf = sized(std::mem::take(&mut *scratch), len);
         // Straight to the source, not through `ReadCtx`: the prefill's row
         // counts stay those of the rows it delivers (the ring's later reads
         // of these rows are counted there, as page-cache reads); the device
@@ -246,9 +233,7 @@ impl TableJob {
             rows: &rows,
             priority: Priority::Warm,
         };
-        let result = self.source.read(request, &mut buf[..len]);
-        *scratch = buf;
-        let batch = result?;
+        let batch = self.source.read(request, grown(&mut scratch, len))?;
         self.stats.record_warm(Phase::Prefill, self.table, &batch);
         Ok(())
     }
@@ -325,13 +310,11 @@ impl TableJob {
                 return Ok(());
             }
         }
-        let len = rows.len() * rb;
-        let mut read = sized(std::mem::take(&mut reuse.scratch), len);
-        self.read_delivered(ctx, rows, &mut read[..len])?;
-        for (src, &i) in read[..len].chunks_exact(rb).zip(slots) {
+        let read = grown(&mut reuse.scratch, rows.len() * rb);
+        self.read_delivered(ctx, rows, read)?;
+        for (src, &i) in read.chunks_exact(rb).zip(slots) {
             out[i * rb..(i + 1) * rb].copy_from_slice(src);
         }
-        reuse.scratch = read;
         Ok(())
     }
 
