@@ -16,7 +16,7 @@ use engram::model::{synth, Model, NoProgress};
 use engram::prefetch::{Engine, PrefetchConfig, RowFormat, RowsView};
 use engram::stats::TableStats;
 use engram::Error;
-use prefetch_util::{tiny_layout, within};
+use prefetch_util::{tiny_layout, within, VOCAB};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -369,16 +369,12 @@ fn reuse_store_rows_match_model_reads_with_eviction() {
     let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
     let tokens = prompt(600);
     for format in [RowFormat::Raw, RowFormat::F32] {
-        let row = if format == RowFormat::F32 {
-            ROW_DIM as u64 * 4
-        } else {
-            264
-        };
-        // Off, a few rows (constant eviction), some, and the whole prompt.
+        // Off, a few rows (constant eviction), some, and the whole prompt;
+        // rows are counted as stored, whatever the delivered format.
         let mut hits = Vec::new();
         for budget_rows in [0, 3, 40, 1 << 14] {
             let config = PrefetchConfig {
-                reuse_bytes: budget_rows * row,
+                reuse_bytes: budget_rows * 264,
                 ..config(format)
             };
             let engine = Engine::for_model(&model, opened.source.clone(), config).unwrap();
@@ -421,6 +417,31 @@ fn wide_layout() -> Layout {
     layout
 }
 
+/// A 32-token ring over short read batches, so reading ahead starts soon.
+fn read_ahead_config(format: RowFormat) -> PrefetchConfig {
+    PrefetchConfig {
+        chunk_tokens: 16,
+        first_chunk_tokens: 8,
+        read_batch_tokens: 16,
+        ring_chunks: 2,
+        overlap_threshold: 0,
+        format,
+        ..PrefetchConfig::default()
+    }
+}
+
+/// Random tokens: most n-grams, so most rows, are distinct (about 1,500
+/// of the 1,600 of 400 tokens).
+fn random_prompt(n: usize) -> Vec<u32> {
+    let mut x = 1u32;
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (x >> 16) % VOCAB
+        })
+        .collect()
+}
+
 #[test]
 fn rows_read_ahead_into_the_store_match_model_reads() {
     let dir = tempfile::tempdir().unwrap();
@@ -433,17 +454,11 @@ fn rows_read_ahead_into_the_store_match_model_reads() {
         // A 32-token ring and a store of 4K rows: most of the prompt is
         // read ahead while the consumer sits in its first layer.
         let config = PrefetchConfig {
-            chunk_tokens: 16,
-            first_chunk_tokens: 8,
-            read_batch_tokens: 16,
-            ring_chunks: 2,
-            overlap_threshold: 0,
-            reuse_bytes: 4096 * if format == RowFormat::F32 { 1024 } else { 264 },
-            format,
-            ..PrefetchConfig::default()
+            reuse_bytes: 4096 * 264,
+            ..read_ahead_config(format)
         };
         let engine = Engine::for_model(&model, opened.source, config).unwrap();
-        let tokens: Vec<u32> = (0..400u32).map(|i| (i * 7919 + i / 3) % 50).collect();
+        let tokens = random_prompt(400);
         let model = model.clone();
         let t0 = within(LIMIT, move || {
             prefill_checked_after(&engine, &model, &tokens, 16, Duration::from_millis(300))
@@ -452,4 +467,49 @@ fn rows_read_ahead_into_the_store_match_model_reads() {
         let ring_rows = t0.rows_requested - t0.ahead_rows;
         assert_eq!(ring_rows + t0.reuse_hits, 400 * 4, "{t0:?}");
     }
+}
+
+/// The reuse store counts rows as stored, so an f32 table reads as many
+/// rows ahead into the same budget as a raw one (not a quarter of them: an
+/// f32 row is 1,024 bytes against 264 stored).
+#[test]
+fn an_f32_tables_store_holds_as_many_rows_as_a_raw_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wide.gguf");
+    synth::write_gguf(
+        &path,
+        &wide_layout(),
+        Encoding::E4m3E8m0Row264,
+        7,
+        &NoProgress,
+    )
+    .unwrap();
+    let model = Model::open(&path).unwrap();
+    let mut ahead = Vec::new();
+    for format in [RowFormat::Raw, RowFormat::F32] {
+        let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
+        let config = PrefetchConfig {
+            reuse_bytes: 400 * 264,
+            warm_page_cache: false,
+            ..read_ahead_config(format)
+        };
+        let engine = Engine::for_model(&model, opened.source, config).unwrap();
+        let tokens = random_prompt(400);
+        let t1 = within(LIMIT, move || {
+            let mut seq = engine.sequence();
+            let prefill = seq.prefill(&tokens, None).unwrap();
+            // The consumer not started: each table reads its ring, then
+            // ahead into its store until the store is full.
+            let full = prefill.max_wait_tokens();
+            while (0..2).any(|t| prefill.ready_tokens(t) < Some(full)) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            drop(prefill);
+            seq.stats().prefill.tables[1].clone()
+        });
+        assert!(t1.ahead_rows > 300, "{format:?}: the store filled: {t1:?}");
+        ahead.push(t1.ahead_rows);
+    }
+    assert_eq!(ahead[0], ahead[1], "rows read ahead, raw against f32");
 }

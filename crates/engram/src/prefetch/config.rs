@@ -87,9 +87,10 @@ pub struct PrefetchConfig {
     /// by next use) and not read twice; while the ring is full, rows of
     /// tokens past it are read ahead into the free part of the store.
     /// Grows with the rows it holds, up to this budget, whatever the prompt
-    /// length; rows are counted in the delivered format (f32 rows take 4x
-    /// the bytes of raw ones). 0 turns whole-prompt dedup off (default
-    /// 16 MiB).
+    /// length. Rows are kept as stored, also for a table delivered as f32
+    /// (decoded as they are copied into the ring), so the budget holds as
+    /// many rows whatever the delivered format. 0 turns whole-prompt dedup
+    /// off (default 16 MiB).
     pub reuse_bytes: u64,
     /// `false` (ENGRAM_WARM=0): once a table's ring and reuse store are full,
     /// its readers stop until the consumer frees ring room. `true`

@@ -12,7 +12,7 @@ use super::super::source::{Priority, RowRequest, RowSource};
 use super::super::sync::lock_std as lock;
 use super::rows::PromptRows;
 use super::{Plan, PrefillSetup};
-use crate::codec::{Encoding, ROW_DIM};
+use crate::codec::{Encoding, RowsError, ROW_DIM};
 use crate::stats::{Phase, StatsRecorder};
 use crate::Result;
 
@@ -44,20 +44,44 @@ pub(super) struct TableJob {
     pub(super) stats: Arc<StatsRecorder>,
     /// The buffer page-cache warm reads land in and are dropped from.
     warm_scratch: Mutex<Vec<u8>>,
-    /// The stored bytes of an f32 table's rows before they are decoded,
-    /// kept between batches (one reader of the job at a time).
+    /// The stored bytes of a batch's rows: an f32 table's before they are
+    /// decoded, and the rows read ahead into the reuse store. Kept between
+    /// batches (one reader of the job at a time): allocating megabytes per
+    /// batch on pool threads grows the allocator's retained memory with the
+    /// prompt.
     raw_scratch: Mutex<Vec<u8>>,
 }
 
 /// A table's reuse store and the next use of each of its row occurrences.
+///
+/// The store keeps rows as stored, also for a table delivered as f32: so
+/// its budget holds as many rows whatever the delivered format (an f32 row
+/// is 4-7.5x its stored bytes), and a hit is decoded as it is copied into
+/// the ring, as a row read from the source is.
 struct Reuse {
     store: ReuseStore,
     /// Per occurrence (token-major), the token that next uses its row.
     next: NextUses,
-    /// Buffer for the rows a batch reads, kept between batches: allocating
-    /// megabytes per batch on pool threads grows the allocator's retained
-    /// memory with the prompt.
-    scratch: Vec<u8>,
+}
+
+/// Where a batch's rows are delivered: ring slots of raw rows, or of f32
+/// values decoded from the stored bytes.
+enum Slots<'a> {
+    Raw(&'a mut [u8]),
+    F32(Encoding, &'a mut [f32]),
+}
+
+impl Slots<'_> {
+    /// Delivers row `i` of the batch from its stored bytes.
+    fn put(&mut self, i: usize, stored: &[u8]) -> std::result::Result<(), RowsError> {
+        match self {
+            Slots::Raw(out) => {
+                out[i * stored.len()..][..stored.len()].copy_from_slice(stored);
+                Ok(())
+            }
+            Slots::F32(enc, out) => enc.decode_rows(stored, &mut out[i * ROW_DIM..][..ROW_DIM]),
+        }
+    }
 }
 
 impl TableJob {
@@ -82,7 +106,7 @@ impl TableJob {
             waited_on: AtomicBool::new(false),
             consumer_started: AtomicBool::new(false),
             consumed: AtomicU32::new(0),
-            reuse: reuse_for(setup, table, row_bytes),
+            reuse: reuse_for(setup, table),
             source: setup.source.clone(),
             stats: setup.stats.clone(),
             warm_scratch: Mutex::new(Vec::new()),
@@ -141,9 +165,14 @@ impl TableJob {
             // t..seg_end are neither viewed by the consumer nor written by
             // anyone else.
             match (&self.reuse, self.decode) {
-                (Some(reuse), _) => {
-                    let out = unsafe { self.ring.slice_mut(at, len) };
-                    self.read_reusing(&ctx, &mut lock(reuse), t, seg_end, &rows, out)?;
+                (Some(reuse), decode) => {
+                    let slots = match decode {
+                        Some(enc) => {
+                            Slots::F32(enc, unsafe { self.ring.slice_mut_f32(at, len / 4) })
+                        }
+                        None => Slots::Raw(unsafe { self.ring.slice_mut(at, len) }),
+                    };
+                    self.read_reusing(&ctx, &mut lock(reuse), t, seg_end, &rows, slots)?;
                 }
                 (None, Some(enc)) => {
                     let out = unsafe { self.ring.slice_mut_f32(at, len / 4) };
@@ -171,16 +200,14 @@ impl TableJob {
             return Ok(());
         };
         let first_uses = self.first_uses(start, end);
-        let (rows, tokens, scratch): (Vec<u32>, Vec<u32>, _) = {
-            let mut reuse = lock(reuse);
-            let scratch = std::mem::take(&mut reuse.scratch);
-            let (rows, tokens) = first_uses
+        let (rows, tokens): (Vec<u32>, Vec<u32>) = {
+            let reuse = lock(reuse);
+            first_uses
                 .into_iter()
                 .filter(|&(_, row)| !reuse.store.contains(row))
                 .take(reuse.store.free_slots())
                 .map(|(token, row)| (row, token))
-                .unzip();
-            (rows, tokens, scratch)
+                .unzip()
         };
         let ctx = ReadCtx {
             source: &self.source,
@@ -189,20 +216,21 @@ impl TableJob {
             priority: Priority::Prefill,
             batch: self.plan.batch,
         };
-        let len = rows.len() * self.row_bytes;
-        let mut read = scratch;
-        self.read_delivered(&ctx, &rows, grown(&mut read, len))?;
+        // Stored bytes, whatever the delivered format: the store keeps them.
+        let stored_bytes = self.source.row_bytes(self.table);
+        let mut scratch = lock(&self.raw_scratch);
+        let read = grown(&mut scratch, rows.len() * stored_bytes);
+        ctx.read(self.table, &rows, read)?;
         self.stats
             .record_ahead(Phase::Prefill, self.table, rows.len() as u64);
         let mut reuse = lock(reuse);
         for ((&row, &token), bytes) in rows
             .iter()
             .zip(&tokens)
-            .zip(read[..len].chunks_exact(self.row_bytes))
+            .zip(read.chunks_exact(stored_bytes))
         {
             reuse.store.update(row, token, bytes);
         }
-        reuse.scratch = read;
         Ok(())
     }
 
@@ -254,74 +282,9 @@ impl TableJob {
         uses
     }
 
-    /// Reads `rows` into `out` in the delivered format: raw bytes, or f32
-    /// values as native-endian bytes (the ring's f32 views read them back).
-    fn read_delivered(&self, ctx: &ReadCtx<'_>, rows: &[u32], out: &mut [u8]) -> Result<()> {
-        match self.decode {
-            Some(enc) => {
-                // SAFETY: every bit pattern is a valid f32, and `out` is
-                // borrowed mutably for as long as `direct` lives.
-                let (head, direct, tail) = unsafe { out.align_to_mut::<f32>() };
-                let mut raw = lock(&self.raw_scratch);
-                if head.is_empty() && tail.is_empty() {
-                    // Decoded in place: no second buffer and no copy
-                    // (the ring and the store's scratch are f32-aligned).
-                    return ctx.read_f32_via(self.table, rows, enc, direct, &mut raw);
-                }
-                let mut values = vec![0f32; rows.len() * ROW_DIM];
-                ctx.read_f32_via(self.table, rows, enc, &mut values, &mut raw)?;
-                for (dst, v) in out.chunks_exact_mut(4).zip(&values) {
-                    dst.copy_from_slice(&v.to_ne_bytes());
-                }
-                Ok(())
-            }
-            None => ctx.read(self.table, rows, out),
-        }
-    }
-
-    /// Reads `rows` into the row slots `slots` of `out` (row `k` at
-    /// `slots[k] * row_bytes`). f32 rows are decoded from their stored bytes
-    /// straight into their slots; raw ones are read into the store's scratch
-    /// and copied. Why not decode into the scratch and copy, as before: the
-    /// copy moved a kilobyte per f32 row (callgrind, an f32 prefill of 4,096
-    /// tokens, docs/bench.md).
-    fn read_into_slots(
-        &self,
-        ctx: &ReadCtx<'_>,
-        reuse: &mut Reuse,
-        rows: &[u32],
-        slots: &[usize],
-        out: &mut [u8],
-    ) -> Result<()> {
-        let rb = self.row_bytes;
-        if let Some(enc) = self.decode {
-            // SAFETY: every bit pattern is a valid f32, and `out` is
-            // borrowed mutably for as long as `values` lives.
-            let (head, values, tail) = unsafe { out.align_to_mut::<f32>() };
-            if head.is_empty() && tail.is_empty() {
-                let mut raw = lock(&self.raw_scratch);
-                let stored = ctx.read_raw_via(self.table, rows, enc, &mut raw)?;
-                for ((bytes, row), &slot) in
-                    stored.chunks_exact(enc.row_bytes()).zip(rows).zip(slots)
-                {
-                    enc.decode_rows(bytes, &mut values[slot * ROW_DIM..][..ROW_DIM])
-                        .map_err(|e| e.into_error_at(self.table, std::slice::from_ref(row)))?;
-                }
-                return Ok(());
-            }
-        }
-        let read = grown(&mut reuse.scratch, rows.len() * rb);
-        self.read_delivered(ctx, rows, read)?;
-        for (src, &i) in read.chunks_exact(rb).zip(slots) {
-            out[i * rb..(i + 1) * rb].copy_from_slice(src);
-        }
-        Ok(())
-    }
-
     /// Fills `out` with the rows of tokens `first..end` (`rows`): those in
-    /// the reuse store are copied from it, the rest read in one call; then
-    /// each row's last occurrence in the range goes to the store with its
-    /// next use.
+    /// the reuse store from it, the rest read in one call; then each row's
+    /// last occurrence in the range goes to the store with its next use.
     fn read_reusing(
         &self,
         ctx: &ReadCtx<'_>,
@@ -329,48 +292,95 @@ impl TableJob {
         first: u32,
         end: u32,
         rows: &[u32],
-        out: &mut [u8],
+        mut out: Slots<'_>,
     ) -> Result<()> {
-        let rb = self.row_bytes;
+        let corrupt = |e: RowsError, row: u32| e.into_error_at(self.table, &[row]);
         let mut missing = Vec::new();
         let mut missing_at = Vec::new();
-        for (i, &row) in rows.iter().enumerate() {
-            match reuse.store.get(row) {
-                Some(bytes) => out[i * rb..(i + 1) * rb].copy_from_slice(bytes),
+        for (i, row) in rows.iter().enumerate() {
+            match reuse.store.get(*row) {
+                Some(stored) => out.put(i, stored).map_err(|e| corrupt(e, *row))?,
                 None => {
-                    missing.push(row);
+                    missing.push(*row);
                     missing_at.push(i);
                 }
             }
         }
         let hits = rows.len() - missing.len();
-        if hits == 0 {
-            self.read_delivered(ctx, rows, out)?;
-        } else if !missing.is_empty() {
-            self.read_into_slots(ctx, reuse, &missing, &missing_at, out)?;
-        }
-        let base = first as usize * self.cols;
-        for (i, &row) in rows.iter().enumerate() {
-            // An earlier occurrence whose next use is inside the range is
-            // superseded by that later one.
-            let next = reuse.next.get(base + i);
-            if next >= end {
-                reuse.store.update(row, next, &out[i * rb..(i + 1) * rb]);
+        let mut scratch = lock(&self.raw_scratch);
+        let stored: &[u8] = match &mut out {
+            // Nothing to copy around: the raw rows are read into their
+            // slots, and the store takes them from there.
+            Slots::Raw(slots) if hits == 0 => {
+                ctx.read(self.table, rows, slots)?;
+                slots
             }
-        }
+            _ => {
+                let stored_bytes = self.source.row_bytes(self.table);
+                let read = grown(&mut scratch, missing.len() * stored_bytes);
+                ctx.read(self.table, &missing, read)?;
+                for ((bytes, row), &i) in read
+                    .chunks_exact(stored_bytes)
+                    .zip(&missing)
+                    .zip(&missing_at)
+                {
+                    out.put(i, bytes).map_err(|e| corrupt(e, *row))?;
+                }
+                read
+            }
+        };
+        self.keep_for_reuse(reuse, first, end, rows, &missing_at, stored);
         self.stats.record_reuse(ctx.phase, self.table, hits as u64);
         Ok(())
+    }
+
+    /// Gives the store each row of tokens `first..end` (`rows`) whose next
+    /// use is past the range, with that next use. Rows it holds are moved
+    /// first, then the ones just read (`stored`, the rows at `missing_at`,
+    /// or every row when nothing was held), which may evict: so no held
+    /// row of this range is evicted before its move, whose bytes would then
+    /// be gone.
+    fn keep_for_reuse(
+        &self,
+        reuse: &mut Reuse,
+        first: u32,
+        end: u32,
+        rows: &[u32],
+        missing_at: &[usize],
+        stored: &[u8],
+    ) {
+        let base = first as usize * self.cols;
+        // An earlier occurrence whose next use is inside the range is
+        // superseded by that later one.
+        let next_past = |i: usize| Some(reuse.next.get(base + i)).filter(|&next| next >= end);
+        let mut read = missing_at.iter().peekable();
+        let mut held = Vec::new();
+        for (i, &row) in rows.iter().enumerate() {
+            // `missing_at` is ascending: the rows not in it were held.
+            if read.next_if_eq(&&i).is_none() {
+                held.extend(next_past(i).map(|next| (row, next)));
+            }
+        }
+        for (row, next) in held {
+            reuse.store.update(row, next, &[]);
+        }
+        let stored_bytes = self.source.row_bytes(self.table);
+        for (&i, bytes) in missing_at.iter().zip(stored.chunks_exact(stored_bytes)) {
+            if let Some(next) = next_past(i) {
+                reuse.store.update(rows[i], next, bytes);
+            }
+        }
     }
 }
 
 /// The reuse store of `table`, with the next use of each of its row
 /// occurrences; `None` when reuse is off or cannot help (one batch).
-fn reuse_for(setup: &PrefillSetup<'_>, table: usize, row_bytes: usize) -> Option<Mutex<Reuse>> {
+fn reuse_for(setup: &PrefillSetup<'_>, table: usize) -> Option<Mutex<Reuse>> {
     let plan = setup.plan;
     if plan.whole_table || plan.tokens <= plan.first_chunk {
         return None;
     }
-    let store = ReuseStore::new(plan.reuse_bytes, row_bytes)?;
+    let store = ReuseStore::new(plan.reuse_bytes, setup.source.row_bytes(table))?;
     let cols = setup.cols[0];
     // The walk goes backwards; rows are hashed a block of tokens at a time.
     const BLOCK: usize = 4096;
@@ -387,9 +397,5 @@ fn reuse_for(setup: &PrefillSetup<'_>, table: usize, row_bytes: usize) -> Option
         }
         block.1[i - block.0 * cols]
     });
-    Some(Mutex::new(Reuse {
-        store,
-        next,
-        scratch: Vec::new(),
-    }))
+    Some(Mutex::new(Reuse { store, next }))
 }
