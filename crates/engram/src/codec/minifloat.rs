@@ -17,7 +17,7 @@ pub const E5M3_MAX_SCALE: f32 = 30720.0;
 
 /// Exactly 2^exp for exp in -149..=127 (f32 subnormals included), built from
 /// bits so it is usable in const tables.
-const fn pow2(exp: i32) -> f32 {
+pub(crate) const fn pow2(exp: i32) -> f32 {
     if exp >= -126 {
         f32::from_bits(((exp + 127) as u32) << 23)
     } else {
