@@ -96,6 +96,11 @@ def stall_summary(phase: dict) -> dict:
         "per_table_s": [t.get("stall_total_us", 0.0) / 1e6 for t in phase.get("tables", [])],
         "rows_from_storage": sum(t.get("rows_unique", 0) - t.get("cache_hits", 0)
                                  - t.get("hot_hits", 0) for t in phase.get("tables", [])),
+        # Per table, where the rows came from: the reuse store, read ahead
+        # into it, warmed into the page cache, and how many reads were issued.
+        "rows_per_table": [{k: t.get(k, 0) for k in ("rows_requested", "reuse_hits", "ahead_rows",
+                                                     "warm_rows", "reads_issued")}
+                           for t in phase.get("tables", [])],
     }
 
 

@@ -22,7 +22,7 @@ use super::batch::{
 };
 use super::files::PositionalRead;
 use super::plan::ReadOp;
-use super::threads::{ReaderSched, SpinWait};
+use super::threads::ReaderSched;
 use super::Priority;
 
 /// Shared state of one batch while workers read it.
@@ -105,8 +105,6 @@ impl Job {
     }
 
     fn wait(&self) {
-        let mut spin = SpinWait::new();
-        while self.done.load(Ordering::Acquire) < self.ops.len() && spin.again() {}
         let mut finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
         while !*finished {
             finished = self.wake.wait(finished).unwrap_or_else(|p| p.into_inner());

@@ -78,59 +78,6 @@ impl ReaderSched {
     }
 }
 
-/// A waiter's short spin before it sleeps: it re-checks its condition,
-/// yielding the core between checks, for up to [`spin_limit`] before it
-/// blocks in the kernel.
-///
-/// Why: a thread that blocks is woken by the publisher's syscall and then
-/// needs its core back, and on a virtual machine with idle vCPUs that costs
-/// tens of microseconds per hop (the waker's inter-processor interrupt and
-/// the sleeper's exit from halt). A decode step's rows pass through up to
-/// four such hops. Yielding, not busy-spinning, keeps a busy machine's
-/// cores for the threads that have work: `sched_yield` hands the core to
-/// any runnable thread and returns at once when there is none.
-pub(crate) struct SpinWait {
-    started: Option<std::time::Instant>,
-    limit: std::time::Duration,
-}
-
-impl SpinWait {
-    /// A spin of [`spin_limit`].
-    pub(crate) fn new() -> SpinWait {
-        SpinWait {
-            started: None,
-            limit: spin_limit(),
-        }
-    }
-
-    /// Whether to check again (after yielding the core) rather than sleep:
-    /// true until the limit has passed since the first call.
-    pub(crate) fn again(&mut self) -> bool {
-        if self.limit.is_zero() || cfg!(loom) {
-            return false;
-        }
-        let started = *self.started.get_or_insert_with(std::time::Instant::now);
-        if started.elapsed() >= self.limit {
-            return false;
-        }
-        std::thread::yield_now();
-        true
-    }
-}
-
-/// How long a waiter spins before it sleeps ([`SpinWait`]): `ENGRAM_SPIN_US`
-/// microseconds, read once (default 0: no spin).
-pub(crate) fn spin_limit() -> std::time::Duration {
-    static LIMIT: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        let us = std::env::var("ENGRAM_SPIN_US")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        std::time::Duration::from_micros(us)
-    })
-}
-
 /// Nice value of [`ReaderSched::Raised`] on Linux.
 #[cfg(target_os = "linux")]
 const RAISED_NICE: libc::c_int = -10;

@@ -13,7 +13,6 @@
 use std::sync::Arc;
 
 use super::sync::{lock, Futex, Mutex, Ordering};
-use crate::io::threads::SpinWait;
 use crate::Error;
 
 /// Largest count a [`Ready`] can hold (tokens in one prefill).
@@ -133,15 +132,12 @@ impl Ready {
     /// and the count is still short. Rows already published are returned even
     /// after a failure, so a failure only affects waits that need later rows.
     pub fn wait(&self, upto: u32) -> Result<u32, Error> {
-        let mut spin = SpinWait::new();
         loop {
             let word = self.word.load(Ordering::Acquire);
             if let Some(result) = self.settled(word, upto) {
                 return result;
             }
-            if !spin.again() {
-                self.word.wait(word);
-            }
+            self.word.wait(word);
         }
     }
 
