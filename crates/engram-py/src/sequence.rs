@@ -7,8 +7,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use engram::open::{OpenEngine, SeqRegistry};
-use engram::prefetch::{Prefill as CorePrefill, RowFormat, Sequence as CoreSequence};
+use engram::open::{OpenEngine, PrefillSlot, SeqRegistry};
+use engram::prefetch::{RowFormat, Sequence as CoreSequence};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 
@@ -18,17 +18,11 @@ use crate::json::to_python;
 use crate::prefill::Prefill;
 use crate::rows::OwnedRows;
 
-/// A prefill in progress on a sequence.
-pub(crate) struct LivePrefill {
-    /// Which `Prefill` object owns it.
-    pub id: u64,
-    pub prefill: CorePrefill<'static>,
-}
-
 /// A sequence and its live prefill, behind one lock.
 pub(crate) struct SeqInner {
-    /// Declared before `seq`: ends (cancels and joins) before it drops.
-    pub prefill: Option<LivePrefill>,
+    /// The live prefill, named by the id of the `Prefill` object that owns
+    /// it. Declared before `seq`: ends (cancels and joins) before it drops.
+    pub prefill: PrefillSlot<u64>,
     pub seq: CoreSequence,
     next_prefill: u64,
 }
@@ -77,7 +71,7 @@ impl Drop for SeqShared {
 
 impl SeqInner {
     pub(crate) fn no_prefill(&self, what: &str) -> Result<(), Fail> {
-        match &self.prefill {
+        match self.prefill.live() {
             Some(_) => Err(Fail::State(format!(
                 "{what} while a prefill is open on this sequence: end it first (Prefill.end or its with block)"
             ))),
@@ -112,7 +106,7 @@ impl Sequence {
                 registry: engine.seqs.clone(),
                 id,
                 inner: Mutex::new(SeqInner {
-                    prefill: None,
+                    prefill: PrefillSlot::default(),
                     seq,
                     next_prefill: 1,
                 }),
@@ -181,7 +175,7 @@ impl Sequence {
         let shared = self.shared()?;
         let id = py.detach(|| -> Result<u64, Fail> {
             let mut inner = shared.lock()?;
-            if inner.prefill.is_some() {
+            if inner.prefill.live().is_some() {
                 return Err(Fail::State(
                     "a prefill is still open on this sequence: end it first".into(),
                 ));
@@ -189,7 +183,7 @@ impl Sequence {
             let prefill = inner.seq.prefill_detached(&tokens, mask.as_deref())?;
             let id = inner.next_prefill;
             inner.next_prefill += 1;
-            inner.prefill = Some(LivePrefill { id, prefill });
+            inner.prefill.start(id, prefill);
             Ok(id)
         })?;
         Ok(Prefill::new(shared, id))
