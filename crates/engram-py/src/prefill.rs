@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 
 use crate::convert::OutBuffer;
 use crate::errors::Fail;
+use crate::gil::context_manager;
 use crate::rows::OwnedRows;
 use crate::sequence::SeqShared;
 
@@ -45,6 +46,8 @@ impl Prefill {
         }
     }
 }
+
+context_manager!(Prefill, |prefill, py| prefill.end(py));
 
 #[pymethods]
 impl Prefill {
@@ -118,16 +121,6 @@ impl Prefill {
     /// its waits stay valid (they own their data). Ending twice is allowed.
     fn end(&self, py: Python<'_>) {
         py.detach(|| self.end_now());
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.end(py);
-        false
     }
 }
 

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 
 use crate::convert::{self, OutBuffer};
 use crate::errors::{invalid, Fail};
+use crate::gil::{context_manager, Closable};
 use crate::json::to_python;
 use crate::prefill::Prefill;
 use crate::rows::OwnedRows;
@@ -85,8 +86,7 @@ impl SeqInner {
 /// for overlap.
 #[pyclass(module = "engram", frozen)]
 pub struct Sequence {
-    /// None once closed.
-    shared: Mutex<Option<Arc<SeqShared>>>,
+    shared: Closable<Arc<SeqShared>>,
 }
 
 impl Sequence {
@@ -113,7 +113,7 @@ impl Sequence {
             }
         });
         Ok(Sequence {
-            shared: Mutex::new(Some(shared)),
+            shared: Closable::new(shared),
         })
     }
 
@@ -130,12 +130,12 @@ impl Sequence {
 
     fn shared(&self) -> PyResult<Arc<SeqShared>> {
         self.shared
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .get()
             .ok_or_else(|| crate::errors::state("the sequence is closed"))
     }
 }
+
+context_manager!(Sequence, |seq, _py| seq.close());
 
 #[pymethods]
 impl Sequence {
@@ -283,29 +283,6 @@ impl Sequence {
     /// Ends the sequence: an open prefill is ended, pending reads are
     /// cancelled and joined (GIL released). Closing twice is allowed.
     fn close(&self) {
-        crate::gil::drop_detached(self.shared.lock().unwrap_or_else(|p| p.into_inner()).take());
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
-        false
-    }
-}
-
-impl Drop for Sequence {
-    fn drop(&mut self) {
-        // Garbage collected without close(): join its readers without the
-        // GIL, as close() does.
-        crate::gil::drop_detached(
-            self.shared
-                .get_mut()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
+        self.shared.close();
     }
 }
