@@ -367,7 +367,8 @@ fn bad_options_are_reported() {
         unsafe { engram_open(f.path.as_ptr(), opts, engine) }
     };
     // Each a valid default with one field changed, and what the error says.
-    let bad: [(fn(&mut engram_options), &str); 4] = [
+    type Change = fn(&mut engram_options);
+    let bad: [(Change, &str); 4] = [
         (|o| o.struct_size = 8, "struct_size is 8"),
         (|o| o.prefetch = 2, "options.prefetch must be 0 or 1"),
         (|o| o.backend = 9, "options.backend 9"),
