@@ -266,13 +266,7 @@ pub unsafe extern "C" fn engram_stats_json(
     engine: *mut engram_engine,
     json: *mut *mut c_char,
 ) -> engram_status {
+    let document = |obj: &EngineObj| Ok(obj.stats_json());
     // SAFETY: forwarded from the caller's contract.
-    unsafe {
-        call_json(
-            "engram_stats_json",
-            engine,
-            json,
-            |obj| Ok(obj.stats_json()),
-        )
-    }
+    unsafe { call_json("engram_stats_json", engine, json, document) }
 }

@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use engram::prefetch::Prefill;
 
-use crate::handles;
-use crate::handles::{call_making, call_on};
+use crate::handles::{self, call_making, call_on};
 use crate::ptr::{check_out, slice_out, write_out};
 use crate::rows::{copy_into, engram_rows, too_small};
 use crate::seq::{engram_seq, tokens_in, SeqObj};
@@ -97,8 +96,8 @@ pub unsafe extern "C" fn engram_prefill_info(
     tokens: *mut u32,
     max_wait_tokens: *mut u32,
 ) -> engram_status {
-    call("engram_prefill_info", || {
-        let (n, max) = handles::of(pf)?.with(|live| Ok((live.tokens(), live.max_wait_tokens())))?;
+    call_on("engram_prefill_info", pf, |obj| {
+        let (n, max) = obj.with(|live| Ok((live.tokens(), live.max_wait_tokens())))?;
         if !tokens.is_null() {
             // SAFETY: forwarded from the caller's contract.
             unsafe { write_out(tokens, "tokens", n) }?;

@@ -353,7 +353,10 @@ pub unsafe extern "C" fn engram_seq_stats_json(
     seq: *mut engram_seq,
     json: *mut *mut c_char,
 ) -> engram_status {
-    let document = |obj: &SeqObj| Ok(obj.lock()?.seq.stats().to_json());
+    let document = |obj: &SeqObj| {
+        let stats = obj.lock()?.seq.stats();
+        Ok(stats.to_json())
+    };
     // SAFETY: forwarded from the caller's contract.
     unsafe { call_json("engram_seq_stats_json", seq, json, document) }
 }
