@@ -9,10 +9,11 @@ use engram::codec::ROW_DIM;
 use engram::open::OpenEngine;
 use engram::prefetch::RowFormat;
 
-use crate::handles;
+use crate::handles::{self, call_on};
 use crate::options::{self, engram_options};
-use crate::ptr::{c_str, check_out, slice_in, slice_out, write_out};
+use crate::ptr::{c_str, slice_in, slice_out, write_out};
 use crate::status::{call, engram_status, FfiError, FfiResult};
+use crate::text::call_json;
 
 /// An open model and its prefetch engine (opaque). Safe to use from any
 /// number of threads at once.
@@ -128,11 +129,6 @@ pub(crate) fn path_of(path: &std::ffi::CStr) -> FfiResult<PathBuf> {
         .map_err(|_| FfiError::invalid("path is not UTF-8"))
 }
 
-/// A share of the engine behind `engine`.
-pub(crate) fn engine_of(engine: *mut engram_engine) -> FfiResult<Arc<EngineObj>> {
-    handles::get(engine.addr())
-}
-
 /// Opens the model at `path` (a ds4 `.gguf` file or a Hugging Face
 /// checkpoint directory) and starts an engine on it. `options` may be NULL
 /// for the defaults. On success `*engine` is the new handle; on failure it
@@ -197,8 +193,7 @@ pub unsafe extern "C" fn engram_engine_info(
     engine: *mut engram_engine,
     info: *mut engram_info,
 ) -> engram_status {
-    call("engram_engine_info", || {
-        let obj = engine_of(engine)?;
+    call_on("engram_engine_info", engine, |obj| {
         // SAFETY: forwarded from the caller's contract.
         unsafe { write_out(info, "info", obj.info()) }
     })
@@ -214,8 +209,7 @@ pub unsafe extern "C" fn engram_table_info(
     table: u32,
     out: *mut engram_table,
 ) -> engram_status {
-    call("engram_table_info", || {
-        let obj = engine_of(engine)?;
+    call_on("engram_table_info", engine, |obj| {
         let t = obj.check_table(table)?;
         let loc = &obj.model.tables[t];
         let facts = engram_table {
@@ -249,8 +243,7 @@ pub unsafe extern "C" fn engram_rows_read(
     out: *mut c_void,
     out_len: usize,
 ) -> engram_status {
-    call("engram_rows_read", || {
-        let obj = engine_of(engine)?;
+    call_on("engram_rows_read", engine, |obj| {
         let t = obj.check_table(table)?;
         let format = options::format(format, "format")?;
         // SAFETY: forwarded from the caller's contract.
@@ -273,10 +266,7 @@ pub unsafe extern "C" fn engram_stats_json(
     engine: *mut engram_engine,
     json: *mut *mut c_char,
 ) -> engram_status {
-    call("engram_stats_json", || {
-        let obj = engine_of(engine)?;
-        check_out(json, "json")?;
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { crate::text::give(obj.stats_json(), json, "json") }
-    })
+    let document = |obj: &EngineObj| Ok(obj.stats_json());
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { call_json("engram_stats_json", engine, json, document) }
 }

@@ -19,11 +19,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use crate::engine::EngineObj;
-use crate::prefill::PrefillObj;
+use crate::engine::{engram_engine, EngineObj};
+use crate::prefill::{engram_prefill, PrefillObj};
 use crate::ptr::write_out;
-use crate::seq::SeqObj;
-use crate::status::{engram_status, FfiError, FfiResult};
+use crate::seq::{engram_seq, SeqObj};
+use crate::status::{call, engram_status, FfiError, FfiResult};
 
 /// A live object behind a handle.
 #[derive(Clone)]
@@ -51,10 +51,20 @@ pub(crate) trait Kind: Sized {
     fn unwrap(obj: &Object) -> Option<&Arc<Self>>;
 }
 
+/// A C handle type (`engram_seq`, ...): which kind of object it names, so
+/// a lookup from a handle needs no type spelled out.
+pub(crate) trait Handle {
+    type Obj: Kind;
+}
+
 macro_rules! kind {
-    ($ty:ty, $variant:ident, $name:literal) => {
+    ($handle:ident => $ty:ty, $variant:ident) => {
+        impl Handle for $handle {
+            type Obj = $ty;
+        }
+
         impl Kind for $ty {
-            const NAME: &'static str = $name;
+            const NAME: &'static str = stringify!($handle);
             fn wrap(obj: Arc<Self>) -> Object {
                 Object::$variant(obj)
             }
@@ -68,9 +78,9 @@ macro_rules! kind {
     };
 }
 
-kind!(EngineObj, Engine, "engram_engine");
-kind!(SeqObj, Seq, "engram_seq");
-kind!(PrefillObj, Prefill, "engram_prefill");
+kind!(engram_engine => EngineObj, Engine);
+kind!(engram_seq => SeqObj, Seq);
+kind!(engram_prefill => PrefillObj, Prefill);
 
 fn table() -> MutexGuard<'static, HashMap<usize, Object>> {
     static TABLE: OnceLock<Mutex<HashMap<usize, Object>>> = OnceLock::new();
@@ -135,7 +145,7 @@ fn wrong_kind(handle: usize, name: &str, found: &Object) -> FfiError {
 }
 
 /// A share of the live object behind `handle`.
-pub(crate) fn get<K: Kind>(handle: usize) -> FfiResult<Arc<K>> {
+fn get<K: Kind>(handle: usize) -> FfiResult<Arc<K>> {
     if handle == 0 {
         return Err(FfiError::new(
             engram_status::ENGRAM_NULL_POINTER,
@@ -149,6 +159,43 @@ pub(crate) fn get<K: Kind>(handle: usize) -> FfiResult<Arc<K>> {
     K::unwrap(obj)
         .cloned()
         .ok_or_else(|| wrong_kind(handle, K::NAME, obj))
+}
+
+/// A share of the live object behind the C handle `handle`.
+pub(crate) fn of<H: Handle>(handle: *mut H) -> FfiResult<Arc<H::Obj>> {
+    get(handle.addr())
+}
+
+/// Runs an entry point's body as [`call`] does, on a share of the live
+/// object behind `handle`: the lookup every call on an existing object
+/// starts with.
+pub(crate) fn call_on<H: Handle>(
+    name: &str,
+    handle: *mut H,
+    body: impl FnOnce(Arc<H::Obj>) -> FfiResult,
+) -> engram_status {
+    call(name, || body(of(handle)?))
+}
+
+/// Runs an entry point that makes an object on the live `parent` and hands
+/// it out through `out` (with [`hand_out`]): `*out` is set to NULL first,
+/// so it is NULL on every failure (a bad `parent` included), then the
+/// lookup of [`call_on`].
+///
+/// # Safety
+/// `out` is NULL (reported) or points at a writable handle.
+pub(crate) unsafe fn call_making<H: Handle, T>(
+    name: &str,
+    parent: *mut H,
+    out: *mut *mut T,
+    what: &str,
+    body: impl FnOnce(Arc<H::Obj>) -> FfiResult,
+) -> engram_status {
+    call(name, || {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { clear_out(out, what) }?;
+        body(of(parent)?)
+    })
 }
 
 /// The object of a handle being freed, removed from the table: `None` for

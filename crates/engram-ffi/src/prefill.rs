@@ -5,10 +5,12 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use crate::handles;
-use crate::ptr::{check_out, slice_in, slice_out, write_out};
+use engram::prefetch::Prefill;
+
+use crate::handles::{self, call_making, call_on};
+use crate::ptr::{check_out, slice_out, write_out};
 use crate::rows::{copy_into, engram_rows, too_small};
-use crate::seq::{engram_seq, mask_of, seq_of, LivePrefill, SeqInner, SeqObj};
+use crate::seq::{engram_seq, tokens_in, SeqObj};
 use crate::status::{call, engram_status, FfiError, FfiResult};
 
 /// A prefill in progress on a sequence (opaque).
@@ -22,25 +24,17 @@ pub(crate) struct PrefillObj {
     seq: Arc<SeqObj>,
 }
 
-fn prefill_of(pf: *mut engram_prefill) -> FfiResult<Arc<PrefillObj>> {
-    handles::get(pf.addr())
-}
-
 impl PrefillObj {
     /// Runs `f` on the live prefill under the sequence's lock.
-    fn with<R>(&self, f: impl FnOnce(&mut LivePrefill) -> FfiResult<R>) -> FfiResult<R> {
+    fn with<R>(&self, f: impl FnOnce(&mut Prefill<'static>) -> FfiResult<R>) -> FfiResult<R> {
         let mut inner = self.seq.lock()?;
-        let live = live_of(&mut inner, self.handle)?;
+        let handle = self.handle;
+        let live = inner
+            .prefill
+            .get(handle)
+            .ok_or_else(|| FfiError::state(format!("prefill {handle:#x} has ended")))?;
         f(live)
     }
-}
-
-fn live_of(inner: &mut SeqInner, handle: usize) -> FfiResult<&mut LivePrefill> {
-    inner
-        .prefill
-        .as_mut()
-        .filter(|live| live.handle == handle)
-        .ok_or_else(|| FfiError::state(format!("prefill {handle:#x} has ended")))
 }
 
 /// Appends `tokens[0..n]` to the sequence and starts reading their rows
@@ -62,24 +56,18 @@ pub unsafe extern "C" fn engram_prefill_begin(
     mask: *const u8,
     pf: *mut *mut engram_prefill,
 ) -> engram_status {
-    call("engram_prefill_begin", || {
+    let make = |obj: Arc<SeqObj>| {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { handles::clear_out(pf, "pf") }?;
-        let obj = seq_of(seq)?;
-        // SAFETY: forwarded from the caller's contract.
-        let tokens = unsafe { slice_in(tokens, n, "tokens") }?;
-        // SAFETY: forwarded from the caller's contract.
-        let mask = unsafe { mask_of(mask, n) }?;
+        let (tokens, mask) = unsafe { tokens_in(tokens, n, mask) }?;
         let mut inner = obj.lock()?;
-        if let Some(live) = &inner.prefill {
+        if let Some(live) = inner.prefill.live() {
             return Err(FfiError::state(format!(
-                "prefill {:#x} is still live on this sequence: call engram_prefill_end first",
-                live.handle
+                "prefill {live:#x} is still live on this sequence: call engram_prefill_end first"
             )));
         }
         let prefill = inner.seq.prefill_detached(tokens, mask.as_deref())?;
         let handle = handles::fresh();
-        inner.prefill = Some(LivePrefill { handle, prefill });
+        inner.prefill.start(handle, prefill);
         // Registered before the sequence's lock is released: an
         // `engram_seq_free` racing this call takes the lock after it and
         // so finds (and ends) the handle; registered after, the handle
@@ -92,7 +80,9 @@ pub unsafe extern "C" fn engram_prefill_begin(
         let given = unsafe { handles::hand_out(pf, "pf", handle, pf_obj) };
         drop(inner);
         given
-    })
+    };
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { call_making("engram_prefill_begin", seq, pf, "pf", make) }
 }
 
 /// Tokens in the prefill and the most one wait may cover (either out
@@ -106,9 +96,8 @@ pub unsafe extern "C" fn engram_prefill_info(
     tokens: *mut u32,
     max_wait_tokens: *mut u32,
 ) -> engram_status {
-    call("engram_prefill_info", || {
-        let (n, max) = prefill_of(pf)?
-            .with(|live| Ok((live.prefill.tokens(), live.prefill.max_wait_tokens())))?;
+    call_on("engram_prefill_info", pf, |obj| {
+        let (n, max) = obj.with(|live| Ok((live.tokens(), live.max_wait_tokens())))?;
         if !tokens.is_null() {
             // SAFETY: forwarded from the caller's contract.
             unsafe { write_out(tokens, "tokens", n) }?;
@@ -138,12 +127,11 @@ pub unsafe extern "C" fn engram_prefill_wait(
     upto: u32,
     rows: *mut engram_rows,
 ) -> engram_status {
-    call("engram_prefill_wait", || {
-        let obj = prefill_of(pf)?;
+    call_on("engram_prefill_wait", pf, |obj| {
         check_out(rows, "rows")?;
         obj.seq.rows_bytes(table, 0)?;
         obj.with(|live| {
-            let view = live.prefill.wait(table as usize, upto)?;
+            let view = live.wait(table as usize, upto)?;
             // SAFETY: forwarded from the caller's contract.
             unsafe { crate::rows::give(&view, rows) }?;
             Ok(())
@@ -169,8 +157,7 @@ pub unsafe extern "C" fn engram_prefill_wait_into(
     out_len: usize,
     written: *mut usize,
 ) -> engram_status {
-    call("engram_prefill_wait_into", || {
-        let obj = prefill_of(pf)?;
+    call_on("engram_prefill_wait_into", pf, |obj| {
         obj.seq.rows_bytes(table, 0)?;
         // SAFETY: forwarded from the caller's contract.
         let out = unsafe { slice_out(out.cast::<u8>(), out_len, "out") }?;
@@ -178,13 +165,11 @@ pub unsafe extern "C" fn engram_prefill_wait_into(
             let t = table as usize;
             // A wait the library will refuse gets its error, not a size
             // complaint.
-            let need = obj
-                .seq
-                .rows_bytes(table, live.prefill.wait_tokens(t, upto)?)?;
+            let need = obj.seq.rows_bytes(table, live.wait_tokens(t, upto)?)?;
             if out.len() < need {
                 return Err(too_small(out.len(), need));
             }
-            let view = live.prefill.wait(t, upto)?;
+            let view = live.wait(t, upto)?;
             // SAFETY: forwarded from the caller's contract.
             unsafe { copy_into(&view, out, written) }
         })
@@ -204,14 +189,8 @@ pub unsafe extern "C" fn engram_prefill_end(pf: *mut engram_prefill) -> engram_s
         let Some(obj) = handles::take::<PrefillObj, _>(pf)? else {
             return Ok(());
         };
-        let mut inner = obj.seq.lock()?;
-        if inner
-            .prefill
-            .as_ref()
-            .is_some_and(|l| l.handle == obj.handle)
-        {
-            drop(inner.prefill.take()); // cancels and joins the readers
-        }
+        // Cancels and joins the readers, unless the prefill already ended.
+        obj.seq.lock()?.prefill.end(obj.handle);
         Ok(())
     })
 }

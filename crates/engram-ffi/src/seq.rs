@@ -5,16 +5,17 @@
 use std::ffi::{c_char, c_void};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use engram::prefetch::{Prefill, Sequence};
+use engram::prefetch::Sequence;
 use engram::stats::{Stats, Summary};
 
-use crate::engine::{engine_of, engram_engine};
-use crate::handles;
+use crate::engine::{engram_engine, EngineObj};
+use crate::handles::{self, call_making, call_on};
 use crate::prefill::PrefillObj;
 use crate::ptr::{check_out, slice_in, slice_out, write_out};
 use crate::rows::{copy_into, engram_rows, too_small};
 use crate::status::{call, engram_status, FfiError, FfiResult};
-use engram::open::SeqRegistry;
+use crate::text::call_json;
+use engram::open::{PrefillSlot, SeqRegistry};
 
 /// One sequence of tokens on an engine (opaque). Calls on one sequence and
 /// its prefill are serialized (one runs at a time, the others wait); use
@@ -51,15 +52,10 @@ pub struct engram_stall {
     pub max_us: f64,
 }
 
-/// A prefill in progress on a sequence.
-pub(crate) struct LivePrefill {
-    pub handle: usize,
-    pub prefill: Prefill<'static>,
-}
-
 pub(crate) struct SeqInner {
-    /// Declared before `seq`: ends (cancels and joins) before it drops.
-    pub prefill: Option<LivePrefill>,
+    /// The live prefill, named by its handle. Declared before `seq`: ends
+    /// (cancels and joins) before it drops.
+    pub prefill: PrefillSlot<usize>,
     pub seq: Sequence,
     /// `engram_seq_free` ran: a call that took its share of the sequence
     /// before the free but its lock after it is refused, so nothing (a
@@ -117,32 +113,35 @@ impl SeqObj {
 
 impl SeqInner {
     fn no_prefill(&self, what: &str) -> FfiResult {
-        match &self.prefill {
-            Some(live) => Err(FfiError::state(format!(
-                "{what} while prefill {:#x} is live on this sequence: call engram_prefill_end first",
-                live.handle
+        match self.prefill.live() {
+            Some(handle) => Err(FfiError::state(format!(
+                "{what} while prefill {handle:#x} is live on this sequence: call engram_prefill_end first"
             ))),
             None => Ok(()),
         }
     }
 }
 
-pub(crate) fn seq_of(seq: *mut engram_seq) -> FfiResult<Arc<SeqObj>> {
-    handles::get(seq.addr())
-}
-
-/// Token mask from C bytes: nonzero marks a real token, 0 a dead one
-/// (padding), as a Hugging Face `attention_mask` does.
+/// The `tokens[0..n]` and `mask` arguments of `engram_prefill_begin` and
+/// `engram_seq_row_ids`. The mask from C bytes: nonzero marks a real
+/// token, 0 a dead one (padding), as a Hugging Face `attention_mask` does;
+/// NULL: every token real.
 ///
 /// # Safety
-/// `mask` is NULL or points at `n` readable bytes.
-pub(crate) unsafe fn mask_of(mask: *const u8, n: usize) -> FfiResult<Option<Vec<bool>>> {
+/// `tokens` and `mask` are NULL or point at `n` readable values.
+pub(crate) unsafe fn tokens_in<'a>(
+    tokens: *const u32,
+    n: usize,
+    mask: *const u8,
+) -> FfiResult<(&'a [u32], Option<Vec<bool>>)> {
+    // SAFETY: forwarded from the caller's contract.
+    let tokens = unsafe { slice_in(tokens, n, "tokens") }?;
     if mask.is_null() {
-        return Ok(None);
+        return Ok((tokens, None));
     }
     // SAFETY: forwarded from the caller's contract.
     let bytes = unsafe { slice_in(mask, n, "mask") }?;
-    Ok(Some(bytes.iter().map(|&b| b != 0).collect()))
+    Ok((tokens, Some(bytes.iter().map(|&b| b != 0).collect())))
 }
 
 /// Creates an empty sequence on `engine`; `*seq` is the new handle (NULL on
@@ -155,10 +154,7 @@ pub unsafe extern "C" fn engram_seq_new(
     engine: *mut engram_engine,
     seq: *mut *mut engram_seq,
 ) -> engram_status {
-    call("engram_seq_new", || {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { handles::clear_out(seq, "seq") }?;
-        let obj = engine_of(engine)?;
+    let make = |obj: Arc<EngineObj>| {
         let sequence = obj.engine.sequence();
         let format = obj.engine.config().format;
         let handle = handles::fresh();
@@ -171,14 +167,16 @@ pub unsafe extern "C" fn engram_seq_new(
             rows_per_token: sequence.rows_per_token(),
             registry: obj.seqs.clone(),
             inner: Mutex::new(SeqInner {
-                prefill: None,
+                prefill: PrefillSlot::default(),
                 seq: sequence,
                 freed: false,
             }),
         });
         // SAFETY: forwarded from the caller's contract.
         unsafe { handles::hand_out(seq, "seq", handle, new) }
-    })
+    };
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { call_making("engram_seq_new", engine, seq, "seq", make) }
 }
 
 /// Frees a sequence. NULL is accepted and does nothing; a handle already
@@ -201,9 +199,9 @@ pub unsafe extern "C" fn engram_seq_free(seq: *mut engram_seq) -> engram_status 
                 // share of the sequence either ran before (its prefill is
                 // ended here) or finds it freed.
                 inner.freed = true;
-                if let Some(live) = inner.prefill.take() {
-                    let _ = handles::remove::<PrefillObj>(live.handle);
-                    drop(live); // cancels and joins its readers
+                if let Some((handle, prefill)) = inner.prefill.take() {
+                    let _ = handles::remove::<PrefillObj>(handle);
+                    drop(prefill); // cancels and joins its readers
                 }
                 inner.seq.stats()
             }
@@ -232,12 +230,9 @@ pub unsafe extern "C" fn engram_seq_row_ids(
     ids: *mut u32,
     ids_len: usize,
 ) -> engram_status {
-    call("engram_seq_row_ids", || {
-        let obj = seq_of(seq)?;
+    call_on("engram_seq_row_ids", seq, |obj| {
         // SAFETY: forwarded from the caller's contract.
-        let tokens = unsafe { slice_in(tokens, n, "tokens") }?;
-        // SAFETY: forwarded from the caller's contract.
-        let mask = unsafe { mask_of(mask, n) }?;
+        let (tokens, mask) = unsafe { tokens_in(tokens, n, mask) }?;
         let row_ids = obj.lock()?.seq.row_ids(tokens, mask.as_deref())?;
         if ids_len < row_ids.len() {
             return Err(FfiError::new(
@@ -266,8 +261,7 @@ pub unsafe extern "C" fn engram_seq_row_ids(
 /// None: the handle is looked up, not dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn engram_step_begin(seq: *mut engram_seq, token: u32) -> engram_status {
-    call("engram_step_begin", || {
-        let obj = seq_of(seq)?;
+    call_on("engram_step_begin", seq, |obj| {
         let mut inner = obj.lock()?;
         inner.no_prefill("engram_step_begin")?;
         inner.seq.step_begin(token)?;
@@ -288,8 +282,7 @@ pub unsafe extern "C" fn engram_step_wait(
     table: u32,
     rows: *mut engram_rows,
 ) -> engram_status {
-    call("engram_step_wait", || {
-        let obj = seq_of(seq)?;
+    call_on("engram_step_wait", seq, |obj| {
         check_out(rows, "rows")?;
         obj.rows_bytes(table, 1)?;
         let mut inner = obj.lock()?;
@@ -315,8 +308,7 @@ pub unsafe extern "C" fn engram_step_wait_into(
     out_len: usize,
     written: *mut usize,
 ) -> engram_status {
-    call("engram_step_wait_into", || {
-        let obj = seq_of(seq)?;
+    call_on("engram_step_wait_into", seq, |obj| {
         let need = obj.rows_bytes(table, 1)?;
         if out_len < need {
             return Err(too_small(out_len, need));
@@ -342,8 +334,7 @@ pub unsafe extern "C" fn engram_hint(
     tokens: *const u32,
     n: usize,
 ) -> engram_status {
-    call("engram_hint", || {
-        let obj = seq_of(seq)?;
+    call_on("engram_hint", seq, |obj| {
         // SAFETY: forwarded from the caller's contract.
         let tokens = unsafe { slice_in(tokens, n, "tokens") }?;
         obj.lock()?.seq.hint(tokens)?;
@@ -362,13 +353,12 @@ pub unsafe extern "C" fn engram_seq_stats_json(
     seq: *mut engram_seq,
     json: *mut *mut c_char,
 ) -> engram_status {
-    call("engram_seq_stats_json", || {
-        let obj = seq_of(seq)?;
-        check_out(json, "json")?;
+    let document = |obj: &SeqObj| {
         let stats = obj.lock()?.seq.stats();
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { crate::text::give(stats.to_json(), json, "json") }
-    })
+        Ok(stats.to_json())
+    };
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { call_json("engram_seq_stats_json", seq, json, document) }
 }
 
 /// Fills `*stall` with the stall of `phase` (`ENGRAM_PHASE_PREFILL` or
@@ -382,8 +372,7 @@ pub unsafe extern "C" fn engram_seq_stall(
     phase: u32,
     stall: *mut engram_stall,
 ) -> engram_status {
-    call("engram_seq_stall", || {
-        let obj = seq_of(seq)?;
+    call_on("engram_seq_stall", seq, |obj| {
         check_out(stall, "stall")?;
         let stats = obj.lock()?.seq.stats();
         let phase = match phase {

@@ -7,7 +7,8 @@ use std::collections::HashSet;
 use std::ffi::{c_char, CString};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use crate::ptr::write_out;
+use crate::handles::{call_on, Handle};
+use crate::ptr::{check_out, write_out};
 use crate::status::{call, engram_status, FfiError, FfiResult};
 
 fn live() -> MutexGuard<'static, HashSet<usize>> {
@@ -23,13 +24,33 @@ fn live() -> MutexGuard<'static, HashSet<usize>> {
 /// # Safety
 /// `out`, if not NULL, points at writable memory for one pointer.
 pub(crate) unsafe fn give(text: String, out: *mut *mut c_char, what: &str) -> FfiResult {
-    crate::ptr::check_out(out, what)?;
+    check_out(out, what)?;
     let text = CString::new(text)
         .map_err(|_| FfiError::new(engram_status::ENGRAM_INTERNAL, "text holds a NUL byte"))?;
     let raw = text.into_raw();
     live().insert(raw as usize);
     // SAFETY: checked above; writable per the caller.
     unsafe { write_out(out, what, raw) }
+}
+
+/// Runs an entry point that hands the caller, through `json`, a JSON
+/// document made from the live object behind `handle` (`json` is checked
+/// before the document is made).
+///
+/// # Safety
+/// `json` is NULL or points at a writable `char *`.
+pub(crate) unsafe fn call_json<H: Handle>(
+    name: &str,
+    handle: *mut H,
+    json: *mut *mut c_char,
+    document: impl FnOnce(&H::Obj) -> FfiResult<String>,
+) -> engram_status {
+    call_on(name, handle, |obj| {
+        check_out(json, "json")?;
+        let text = document(&obj)?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { give(text, json, "json") }
+    })
 }
 
 /// Frees a string returned by this library (`engram_stats_json`, ...).

@@ -162,47 +162,22 @@ fn tables_out_of_range_are_reported() {
             ENGRAM_INVALID_ARGUMENT,
             "table 2 out of range",
         );
-        let ids = [0u32; 1];
         let mut out = [0u8; 264];
+        let mut read = |table: u32, id: u32, format: u32| {
+            let out = out.as_mut_ptr().cast();
+            engram_rows_read(f.engine, table, [id].as_ptr(), 1, format, out, 264)
+        };
         expect(
-            engram_rows_read(
-                f.engine,
-                3,
-                ids.as_ptr(),
-                1,
-                ENGRAM_FORMAT_RAW,
-                out.as_mut_ptr().cast(),
-                264,
-            ),
+            read(3, 0, ENGRAM_FORMAT_RAW),
             ENGRAM_INVALID_ARGUMENT,
             "table 3 out of range",
         );
         expect(
-            engram_rows_read(
-                f.engine,
-                0,
-                [u32::MAX].as_ptr(),
-                1,
-                ENGRAM_FORMAT_RAW,
-                out.as_mut_ptr().cast(),
-                264,
-            ),
+            read(0, u32::MAX, ENGRAM_FORMAT_RAW),
             ENGRAM_INVALID_ARGUMENT,
             "out of range",
         );
-        expect(
-            engram_rows_read(
-                f.engine,
-                0,
-                ids.as_ptr(),
-                1,
-                7,
-                out.as_mut_ptr().cast(),
-                264,
-            ),
-            ENGRAM_INVALID_ARGUMENT,
-            "format 7",
-        );
+        expect(read(0, 0, 7), ENGRAM_INVALID_ARGUMENT, "format 7");
         ok(engram_seq_free(seq));
         ok(engram_close(f.engine));
     }
@@ -391,34 +366,23 @@ fn bad_options_are_reported() {
         // SAFETY: valid string, options and out-pointer.
         unsafe { engram_open(f.path.as_ptr(), opts, engine) }
     };
-    let mut opts = options();
-    opts.struct_size = 8;
-    expect(
-        try_open(&opts, &mut engine),
-        ENGRAM_INVALID_ARGUMENT,
-        "struct_size is 8",
-    );
-    let mut opts = options();
-    opts.prefetch = 2;
-    expect(
-        try_open(&opts, &mut engine),
-        ENGRAM_INVALID_ARGUMENT,
-        "options.prefetch must be 0 or 1",
-    );
-    let mut opts = options();
-    opts.backend = 9;
-    expect(
-        try_open(&opts, &mut engine),
-        ENGRAM_INVALID_ARGUMENT,
-        "options.backend 9",
-    );
-    let mut opts = options();
-    opts.chunk_tokens = 0;
-    expect(
-        try_open(&opts, &mut engine),
-        ENGRAM_INVALID_ARGUMENT,
-        "chunk_tokens",
-    );
+    // Each a valid default with one field changed, and what the error says.
+    type Change = fn(&mut engram_options);
+    let bad: [(Change, &str); 4] = [
+        (|o| o.struct_size = 8, "struct_size is 8"),
+        (|o| o.prefetch = 2, "options.prefetch must be 0 or 1"),
+        (|o| o.backend = 9, "options.backend 9"),
+        (|o| o.chunk_tokens = 0, "chunk_tokens"),
+    ];
+    for (change, needle) in bad {
+        let mut opts = options();
+        change(&mut opts);
+        expect(
+            try_open(&opts, &mut engine),
+            ENGRAM_INVALID_ARGUMENT,
+            needle,
+        );
+    }
     assert!(engine.is_null());
 
     // A newer caller's larger struct: accepted while its extra fields are 0.

@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 
 use crate::convert;
 use crate::errors::{state, IntoPy};
+use crate::gil::{context_manager, Closable};
 use crate::json::to_python;
 use crate::sequence::Sequence;
 
@@ -22,20 +23,19 @@ use crate::sequence::Sequence;
 /// threads at once; each thread should run its own sequences.
 #[pyclass(module = "engram", frozen)]
 pub struct Engine {
-    /// None once closed.
-    inner: std::sync::RwLock<Option<Arc<OpenEngine>>>,
+    inner: Closable<Arc<OpenEngine>>,
 }
 
 impl Engine {
     /// The engine, or a `StateError` once closed.
     pub(crate) fn get(&self) -> PyResult<Arc<OpenEngine>> {
         self.inner
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .get()
             .ok_or_else(|| state("the engine is closed"))
     }
 }
+
+context_manager!(Engine, |engine, _py| engine.close());
 
 /// Facts about an engine (`Engine.info`).
 #[pyclass(module = "engram", frozen, get_all)]
@@ -170,7 +170,7 @@ pub(crate) fn open(
     };
     let opened = py.detach(|| builder.open(&path)).py_err()?;
     Ok(Engine {
-        inner: std::sync::RwLock::new(Some(Arc::new(opened))),
+        inner: Closable::new(Arc::new(opened)),
     })
 }
 
@@ -261,17 +261,7 @@ impl Engine {
     /// still open then raise CancelledError. Closing twice is allowed.
     fn close(&self) {
         // Dropping the last share joins the readers: not with the GIL.
-        crate::gil::drop_detached(self.inner.write().unwrap_or_else(|p| p.into_inner()).take());
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
-        false
+        self.inner.close();
     }
 
     fn __repr__(&self) -> String {
@@ -279,19 +269,6 @@ impl Engine {
             Ok(e) => format!("engram.Engine({})", e.engine.source().name()),
             Err(_) => "engram.Engine(closed)".into(),
         }
-    }
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        // Garbage collected without close(): join the readers without the
-        // GIL, as close() does.
-        crate::gil::drop_detached(
-            self.inner
-                .get_mut()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
     }
 }
 

@@ -4,12 +4,14 @@
 
 use std::sync::Arc;
 
+use engram::prefetch::Prefill as CorePrefill;
 use pyo3::prelude::*;
 
 use crate::convert::OutBuffer;
 use crate::errors::Fail;
+use crate::gil::context_manager;
 use crate::rows::OwnedRows;
-use crate::sequence::{LivePrefill, SeqInner, SeqShared};
+use crate::sequence::SeqShared;
 
 /// A prefill in progress on a sequence: waits per table, in increasing
 /// `upto`. A context manager: leaving the `with` block ends it.
@@ -25,41 +27,40 @@ impl Prefill {
     }
 
     /// Runs `f` on the live prefill under the sequence's lock.
-    fn with<R>(&self, f: impl FnOnce(&mut LivePrefill) -> Result<R, Fail>) -> Result<R, Fail> {
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&mut CorePrefill<'static>) -> Result<R, Fail>,
+    ) -> Result<R, Fail> {
         let mut inner = self.shared.lock()?;
-        f(live_of(&mut inner, self.id)?)
+        let live = inner
+            .prefill
+            .get(self.id)
+            .ok_or_else(|| Fail::State("the prefill has ended".into()))?;
+        f(live)
     }
 
     /// Ends the prefill if it is still the live one (joins its readers).
     fn end_now(&self) {
         if let Ok(mut inner) = self.shared.lock() {
-            if inner.prefill.as_ref().is_some_and(|l| l.id == self.id) {
-                drop(inner.prefill.take());
-            }
+            inner.prefill.end(self.id);
         }
     }
 }
 
-fn live_of(inner: &mut SeqInner, id: u64) -> Result<&mut LivePrefill, Fail> {
-    inner
-        .prefill
-        .as_mut()
-        .filter(|live| live.id == id)
-        .ok_or_else(|| Fail::State("the prefill has ended".into()))
-}
+context_manager!(Prefill, |prefill, py| prefill.end(py));
 
 #[pymethods]
 impl Prefill {
     /// Tokens in the prefill.
     #[getter]
     fn tokens(&self, py: Python<'_>) -> PyResult<u32> {
-        Ok(py.detach(|| self.with(|live| Ok(live.prefill.tokens())))?)
+        Ok(py.detach(|| self.with(|live| Ok(live.tokens())))?)
     }
 
     /// Most tokens one wait may cover.
     #[getter]
     fn max_wait_tokens(&self, py: Python<'_>) -> PyResult<u32> {
-        Ok(py.detach(|| self.with(|live| Ok(live.prefill.max_wait_tokens())))?)
+        Ok(py.detach(|| self.with(|live| Ok(live.max_wait_tokens())))?)
     }
 
     /// Blocks (GIL released) until the rows of prompt tokens [0, upto) of
@@ -68,7 +69,7 @@ impl Prefill {
     /// (tokens, rows_per_token, row_bytes) uint8 for raw rows).
     fn wait<'py>(&self, py: Python<'py>, table: usize, upto: u32) -> PyResult<Bound<'py, PyAny>> {
         let rows =
-            py.detach(|| self.with(|live| Ok(OwnedRows::copy(&live.prefill.wait(table, upto)?)?)))?;
+            py.detach(|| self.with(|live| Ok(OwnedRows::copy(&live.wait(table, upto)?)?)))?;
         rows.into_array(py)
     }
 
@@ -93,7 +94,7 @@ impl Prefill {
                 let out = unsafe { buffer.bytes() };
                 // A wait the library will refuse gets its error, not a size
                 // complaint.
-                let tokens = live.prefill.wait_tokens(table, upto)?;
+                let tokens = live.wait_tokens(table, upto)?;
                 let need = self.shared.rows_bytes(table, tokens)?;
                 if out.len() < need {
                     return Err(Fail::Invalid(format!(
@@ -101,7 +102,7 @@ impl Prefill {
                         out.len()
                     )));
                 }
-                let view = live.prefill.wait(table, upto)?;
+                let view = live.wait(table, upto)?;
                 view.copy_to(&mut out[..need])?;
                 Ok(need)
             })
@@ -112,7 +113,7 @@ impl Prefill {
     /// Tokens of `table` already read (does not block).
     fn ready_tokens(&self, py: Python<'_>, table: usize) -> PyResult<u32> {
         self.shared.rows_bytes(table, 0)?;
-        Ok(py.detach(|| self.with(|live| Ok(live.prefill.ready_tokens(table).unwrap_or(0))))?)
+        Ok(py.detach(|| self.with(|live| Ok(live.ready_tokens(table).unwrap_or(0))))?)
     }
 
     /// Ends the prefill: pending reads are cancelled, the readers joined
@@ -120,16 +121,6 @@ impl Prefill {
     /// its waits stay valid (they own their data). Ending twice is allowed.
     fn end(&self, py: Python<'_>) {
         py.detach(|| self.end_now());
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.end(py);
-        false
     }
 }
 

@@ -7,28 +7,23 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use engram::open::{OpenEngine, SeqRegistry};
-use engram::prefetch::{Prefill as CorePrefill, RowFormat, Sequence as CoreSequence};
+use engram::open::{OpenEngine, PrefillSlot, SeqRegistry};
+use engram::prefetch::{RowFormat, Sequence as CoreSequence};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 
 use crate::convert::{self, OutBuffer};
 use crate::errors::{invalid, Fail};
+use crate::gil::{context_manager, Closable};
 use crate::json::to_python;
 use crate::prefill::Prefill;
 use crate::rows::OwnedRows;
 
-/// A prefill in progress on a sequence.
-pub(crate) struct LivePrefill {
-    /// Which `Prefill` object owns it.
-    pub id: u64,
-    pub prefill: CorePrefill<'static>,
-}
-
 /// A sequence and its live prefill, behind one lock.
 pub(crate) struct SeqInner {
-    /// Declared before `seq`: ends (cancels and joins) before it drops.
-    pub prefill: Option<LivePrefill>,
+    /// The live prefill, named by the id of the `Prefill` object that owns
+    /// it. Declared before `seq`: ends (cancels and joins) before it drops.
+    pub prefill: PrefillSlot<u64>,
     pub seq: CoreSequence,
     next_prefill: u64,
 }
@@ -77,7 +72,7 @@ impl Drop for SeqShared {
 
 impl SeqInner {
     pub(crate) fn no_prefill(&self, what: &str) -> Result<(), Fail> {
-        match &self.prefill {
+        match self.prefill.live() {
             Some(_) => Err(Fail::State(format!(
                 "{what} while a prefill is open on this sequence: end it first (Prefill.end or its with block)"
             ))),
@@ -91,8 +86,7 @@ impl SeqInner {
 /// for overlap.
 #[pyclass(module = "engram", frozen)]
 pub struct Sequence {
-    /// None once closed.
-    shared: Mutex<Option<Arc<SeqShared>>>,
+    shared: Closable<Arc<SeqShared>>,
 }
 
 impl Sequence {
@@ -112,14 +106,14 @@ impl Sequence {
                 registry: engine.seqs.clone(),
                 id,
                 inner: Mutex::new(SeqInner {
-                    prefill: None,
+                    prefill: PrefillSlot::default(),
                     seq,
                     next_prefill: 1,
                 }),
             }
         });
         Ok(Sequence {
-            shared: Mutex::new(Some(shared)),
+            shared: Closable::new(shared),
         })
     }
 
@@ -136,12 +130,12 @@ impl Sequence {
 
     fn shared(&self) -> PyResult<Arc<SeqShared>> {
         self.shared
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .get()
             .ok_or_else(|| crate::errors::state("the sequence is closed"))
     }
 }
+
+context_manager!(Sequence, |seq, _py| seq.close());
 
 #[pymethods]
 impl Sequence {
@@ -181,7 +175,7 @@ impl Sequence {
         let shared = self.shared()?;
         let id = py.detach(|| -> Result<u64, Fail> {
             let mut inner = shared.lock()?;
-            if inner.prefill.is_some() {
+            if inner.prefill.live().is_some() {
                 return Err(Fail::State(
                     "a prefill is still open on this sequence: end it first".into(),
                 ));
@@ -189,7 +183,7 @@ impl Sequence {
             let prefill = inner.seq.prefill_detached(&tokens, mask.as_deref())?;
             let id = inner.next_prefill;
             inner.next_prefill += 1;
-            inner.prefill = Some(LivePrefill { id, prefill });
+            inner.prefill.start(id, prefill);
             Ok(id)
         })?;
         Ok(Prefill::new(shared, id))
@@ -289,29 +283,6 @@ impl Sequence {
     /// Ends the sequence: an open prefill is ended, pending reads are
     /// cancelled and joined (GIL released). Closing twice is allowed.
     fn close(&self) {
-        crate::gil::drop_detached(self.shared.lock().unwrap_or_else(|p| p.into_inner()).take());
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
-        false
-    }
-}
-
-impl Drop for Sequence {
-    fn drop(&mut self) {
-        // Garbage collected without close(): join its readers without the
-        // GIL, as close() does.
-        crate::gil::drop_detached(
-            self.shared
-                .get_mut()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
+        self.shared.close();
     }
 }

@@ -15,6 +15,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::io::BatchStats;
 
+/// Adds the named counters of `$from` into `$into`, field by field
+/// (`into.a += from.a; ...`): the sums of [`BatchStats::merge`],
+/// [`StatsRecorder::record_batch`] and [`TableStats::add_counts`], which
+/// share most of their counters, written once.
+macro_rules! add_fields {
+    ($into:expr, $from:expr; $($field:ident),+ $(,)?) => {
+        $($into.$field += $from.$field;)+
+    };
+}
+pub(crate) use add_fields;
+
 /// Mean, percentiles and maximum of a latency distribution, in microseconds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -137,21 +148,12 @@ impl TableStats {
     /// bytes, batches) into `self`. Distributions cannot be summed: the
     /// summaries of `self` are left as they are.
     pub fn add_counts(&mut self, other: &TableStats) {
-        self.waits += other.waits;
-        self.tokens += other.tokens;
-        self.stall_total_us += other.stall_total_us;
-        self.rows_requested += other.rows_requested;
-        self.rows_unique += other.rows_unique;
-        self.cache_hits += other.cache_hits;
-        self.hot_hits += other.hot_hits;
-        self.reuse_hits += other.reuse_hits;
-        self.ahead_rows += other.ahead_rows;
-        self.warm_rows += other.warm_rows;
-        self.warm_reads += other.warm_reads;
-        self.warm_bytes += other.warm_bytes;
-        self.reads_issued += other.reads_issued;
-        self.bytes_read += other.bytes_read;
-        self.batches += other.batches;
+        add_fields!(self, other;
+            waits, tokens, stall_total_us,
+            rows_requested, rows_unique, cache_hits, hot_hits, reuse_hits,
+            ahead_rows, warm_rows, warm_reads, warm_bytes,
+            reads_issued, bytes_read, batches,
+        );
     }
 }
 
@@ -362,12 +364,9 @@ impl StatsRecorder {
         self.with_phase(phase, |p| {
             if let Some(t) = p.tables.get_mut(table) {
                 let io = &mut t.io;
-                io.rows_requested += batch.rows_requested;
-                io.rows_unique += batch.rows_unique;
-                io.cache_hits += batch.cache_hits;
-                io.hot_hits += batch.hot_hits;
-                io.reads_issued += batch.reads_issued;
-                io.bytes_read += batch.bytes_read;
+                add_fields!(io, batch;
+                    rows_requested, rows_unique, cache_hits, hot_hits, reads_issued, bytes_read,
+                );
                 io.batches += 1;
                 let reads = io.read_latency.get_or_insert_with(histogram);
                 for &ns in &batch.read_latencies_ns {

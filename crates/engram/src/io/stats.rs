@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+use crate::stats::add_fields;
+
 /// Counters and read latencies of one or more batches.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchStats {
@@ -29,13 +31,9 @@ pub struct BatchStats {
 impl BatchStats {
     /// Adds `other` into `self`.
     pub fn merge(&mut self, other: &BatchStats) {
-        self.rows_requested += other.rows_requested;
-        self.rows_unique += other.rows_unique;
-        self.cache_hits += other.cache_hits;
-        self.hot_hits += other.hot_hits;
-        self.reads_issued += other.reads_issued;
-        self.bytes_read += other.bytes_read;
-        self.elapsed += other.elapsed;
+        add_fields!(self, other;
+            rows_requested, rows_unique, cache_hits, hot_hits, reads_issued, bytes_read, elapsed,
+        );
         self.read_latencies_ns
             .extend_from_slice(&other.read_latencies_ns);
     }

@@ -9,6 +9,7 @@
 //! reads in either format, the engine's stats document).
 
 mod registry;
+mod slot;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::prefetch::{Engine, PrefetchConfig, RowFormat};
 use crate::{Error, Result};
 
 pub use registry::{SeqRegistry, SeqsReport};
+pub use slot::PrefillSlot;
 
 /// The options of an engine: how rows are read, how they are scheduled and
 /// the row cache budget.
