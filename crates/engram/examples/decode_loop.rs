@@ -2,7 +2,7 @@
 //! (`step_begin` and both tables' `step_wait`) on a model, timed per step,
 //! so the Python package's cost can be told apart from the engine's.
 //!
-//! `cargo run --release -p engram --example decode_loop -- MODEL [STEPS] [WARMUP] [PREFETCH] [LEAD_US] [GAP_US]`
+//! `cargo run --release -p engram --example decode_loop -- MODEL [STEPS] [WARMUP] [PREFETCH] [LEAD_US] [GAP_US] [f32|raw]`
 //!
 //! PREFETCH 1 (default): reads on the engine's decode threads; 0: reads at
 //! the wait on the calling thread (`PrefetchConfig::prefetch` off).
@@ -12,7 +12,8 @@
 //! layers before it does. GAP_US (default 0): it sleeps this long after a
 //! step, as a host blocked on the GPU for the rest of a forward pass does,
 //! so the engine's threads have gone idle when the next step begins: the
-//! step path's thread wake-ups are then in what the wait measures.
+//! step path's thread wake-ups are then in what the wait measures. The
+//! rows are delivered as f32 (default) or raw.
 //!
 //! Tokens are `(i * 7919 + 13) % vocab` for step `i`, as in the Python
 //! script. Prints one JSON line: per step, in microseconds, the median,
@@ -28,7 +29,9 @@ use engram::open::EngineBuilder;
 use engram::prefetch::RowFormat;
 
 fn main() -> engram::Result<()> {
-    let args = args::Args::new("decode_loop MODEL [STEPS] [WARMUP] [PREFETCH] [LEAD_US] [GAP_US]");
+    let args = args::Args::new(
+        "decode_loop MODEL [STEPS] [WARMUP] [PREFETCH] [LEAD_US] [GAP_US] [f32|raw]",
+    );
     let model = args.required(1);
     let steps: usize = args.number(2, "STEPS", 2000);
     let warmup: usize = args.number(3, "WARMUP", 200);
@@ -36,7 +39,10 @@ fn main() -> engram::Result<()> {
     let lead = Duration::from_micros(args.number(5, "LEAD_US", 0));
     let gap = Duration::from_micros(args.number(6, "GAP_US", 0));
     let mut builder = EngineBuilder::default();
-    builder.prefetch.format = RowFormat::F32;
+    builder.prefetch.format = match args.optional(7) {
+        Some("raw") => RowFormat::Raw,
+        _ => RowFormat::F32,
+    };
     builder.prefetch.prefetch = prefetch;
     let opened = builder.open(model)?;
     let vocab = opened.engine.layout().vocab_size() as u64;
