@@ -17,6 +17,14 @@ use pyo3::prelude::*;
 /// The extension module: classes, functions and exception classes.
 #[pymodule]
 fn _engram(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Rows come back as numpy arrays: without numpy (a `pip install
+    // --no-deps`) the first array would panic deep in the bindings, so the
+    // import fails here instead, saying what is missing.
+    if let Err(e) = m.py().import("numpy") {
+        return Err(pyo3::exceptions::PyImportError::new_err(format!(
+            "engram needs numpy (pip install 'numpy>=1.21'): {e}"
+        )));
+    }
     m.add_class::<engine::Engine>()?;
     m.add_class::<engine::Info>()?;
     m.add_class::<sequence::Sequence>()?;

@@ -253,3 +253,17 @@ def test_no_bad_input_reaches_a_rust_panic(engine):
                     call(value)
                 except Exception:
                     pass
+
+
+def test_without_numpy_the_import_fails_saying_so():
+    # A `pip install --no-deps` leaves numpy out: the import must say so,
+    # not panic at the first array. Blocking the module in a fresh
+    # interpreter stands in for its absence.
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['numpy'] = None; import engram"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode != 0
+    assert "ImportError: engram needs numpy" in done.stderr, done.stderr
