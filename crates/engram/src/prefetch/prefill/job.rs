@@ -218,7 +218,9 @@ impl TableJob {
         };
         // Stored bytes, whatever the delivered format: the store keeps them.
         let stored_bytes = self.source.row_bytes(self.table);
-        let mut scratch = lock(&self.raw_scratch);
+        // Taken out of its lock for the read: the store's lock is taken
+        // below, and the batch path takes the two the other way round.
+        let mut scratch = std::mem::take(&mut *lock(&self.raw_scratch));
         let read = grown(&mut scratch, rows.len() * stored_bytes);
         ctx.read(self.table, &rows, read)?;
         self.stats
@@ -231,6 +233,8 @@ impl TableJob {
         {
             reuse.store.update(row, token, bytes);
         }
+        drop(reuse);
+        *lock(&self.raw_scratch) = scratch;
         Ok(())
     }
 
