@@ -90,7 +90,11 @@ fn a_prefill_row_is_kept_from_its_second_read_demand_and_hint_rows_at_once() {
     let read = |ids: &[u32], priority| {
         let mut out = vec![0u8; ids.len() * 264];
         let stats = cached.read_rows_at(0, ids, &mut out, priority).unwrap();
-        assert!(out == expected(11, 264, ids), "bytes at {priority:?}");
+        // Warm rows are wanted only in the page cache: the file source
+        // advises the kernel to read them and writes no bytes.
+        if priority != Priority::Warm {
+            assert!(out == expected(11, 264, ids), "bytes at {priority:?}");
+        }
         stats
     };
     // Seen once in a prefill: read, not kept.
@@ -126,4 +130,52 @@ fn a_prefill_row_is_kept_from_its_second_read_demand_and_hint_rows_at_once() {
         .read_rows_at(1, &[150], &mut out, Priority::Prefill)
         .unwrap();
     assert!(cache.get(1, 150).is_none());
+}
+
+/// A warm read over buffered files advises the kernel instead of reading:
+/// no bytes land in the caller's buffer, and the rows' pages come into the
+/// page cache by themselves (the later prefill read finds them there).
+#[test]
+fn a_warm_read_brings_the_pages_in_without_writing_the_buffer() {
+    use engram::io::files::PositionalRead;
+    if !cfg!(target_os = "linux") {
+        return; // only Linux can tell a cached page (`RWF_NOWAIT`)
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let plain = source(dir.path());
+    let path = dir.path().join("a.bin");
+    let file = std::fs::File::open(&path).unwrap();
+    engram::io::cachectl::evict(&file).unwrap();
+    // Rows 2,000 and on (row 0 at offset 0, 264 bytes each, table 0).
+    let offset = 2000 * 264;
+    let mut probe = vec![0u8; 264];
+    if file.read_at_nowait(&mut probe, offset).unwrap().is_some() {
+        eprintln!(
+            "the page cache kept {} here: nothing to show",
+            path.display()
+        );
+        return;
+    }
+    let rows: Vec<u32> = (2000..2100).collect();
+    let mut out = vec![0u8; rows.len() * 264];
+    let stats = plain
+        .read_rows_at(0, &rows, &mut out, Priority::Warm)
+        .unwrap();
+    assert!(out.iter().all(|&b| b == 0), "a warm read writes no bytes");
+    assert!(
+        stats.reads_issued > 0 && stats.bytes_read >= 100 * 264,
+        "{stats:?}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while file.read_at_nowait(&mut probe, offset).unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the advised pages never came in"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(
+        probe == expected(11, 264, &[2000]),
+        "the cached row is the file's"
+    );
 }

@@ -59,9 +59,11 @@ pub enum Priority {
     /// doorkeeper), while demand and hint rows it always keeps.
     Prefill,
     /// A prefill's rows read ahead only to bring them into the page cache
-    /// (the bytes are dropped): served as [`Priority::Demand`]; a row cache
-    /// in front of the source neither keeps them nor counts them as seen.
-    /// Read later at [`Priority::Prefill`], they come from the page cache.
+    /// (the bytes are dropped): a row cache in front of the source neither
+    /// keeps them nor counts them as seen, and the file sources over
+    /// buffered files only advise the kernel to read them (leaving the
+    /// output buffer as it was). Read later at [`Priority::Prefill`], they
+    /// come from the page cache.
     Warm,
 }
 
