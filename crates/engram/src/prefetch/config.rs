@@ -94,12 +94,13 @@ pub struct PrefetchConfig {
     pub reuse_bytes: u64,
     /// `false` (ENGRAM_WARM=0): once a table's ring and reuse store are full,
     /// its readers stop until the consumer frees ring room. `true`
-    /// (default): they go on reading the prompt's later rows and drop the
-    /// bytes, so the rows are in the page cache when the ring reads them
-    /// (a layer sweep of a long prompt: table 1's rows are read while the
-    /// consumer is still on the earlier layers, without holding them in
-    /// process memory). Set it off with direct I/O (no page cache to warm;
-    /// `EngineBuilder` does) or where page cache is scarce.
+    /// (default): they go on bringing the prompt's later rows into the page
+    /// cache (the file sources advise the kernel to read their pages), so
+    /// the rows are there when the ring reads them (a long prompt's layer
+    /// sweep: table 1's rows come in while the consumer is still on the
+    /// earlier layers, without being held in process memory). Set it off
+    /// with direct I/O (no page cache to warm; `EngineBuilder` does) or
+    /// where page cache is scarce.
     pub warm_page_cache: bool,
     /// Prompts shorter than this are read synchronously at the wait, as the
     /// peers do (default 1,024).

@@ -238,9 +238,11 @@ impl TableJob {
         Ok(())
     }
 
-    /// Reads the raw rows of tokens `start..end` that the reuse store lacks
-    /// and drops them: they are then in the page cache when the ring reads
-    /// them ([`Priority::Warm`]: a row cache does not keep them).
+    /// Brings the rows of tokens `start..end` that the reuse store lacks
+    /// into the page cache, for the ring to read from there
+    /// ([`Priority::Warm`]: a row cache does not keep them, and a source
+    /// over buffered files only advises the kernel to read them; one that
+    /// reads, reads into a buffer that is dropped).
     pub(super) fn warm(&self, start: u32, end: u32) -> Result<()> {
         // Distinct rows in row order (the order storage reads them in); which
         // token uses a row first does not matter to the page cache.

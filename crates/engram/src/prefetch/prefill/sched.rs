@@ -283,9 +283,9 @@ enum Kind {
     /// full and the device would otherwise idle: the store's budget extends
     /// how far the readers run ahead of the consumer.
     Ahead,
-    /// Rows of tokens past the store's reach, read and dropped, when ring
-    /// and store are full: the ring's later reads of them come from the
-    /// page cache (`Plan::warm`).
+    /// Rows of tokens past the store's reach, brought into the page cache
+    /// when ring and store are full: the ring's later reads of them come
+    /// from there (`Plan::warm`).
     Warm,
 }
 
