@@ -61,24 +61,11 @@ impl ReadCtx<'_> {
         out: &mut [f32],
         raw: &mut Vec<u8>,
     ) -> Result<()> {
-        let raw = self.read_raw_via(table, rows, encoding, raw)?;
+        let raw = grown(raw, rows.len() * encoding.row_bytes());
+        self.read(table, rows, raw)?;
         encoding
             .decode_rows(raw, out)
             .map_err(|e| e.into_error_at(table, rows))
-    }
-
-    /// Reads the stored bytes of `rows` of `table` into the front of `raw`
-    /// (grown as needed) and returns them.
-    pub(crate) fn read_raw_via<'r>(
-        &self,
-        table: usize,
-        rows: &[u32],
-        encoding: Encoding,
-        raw: &'r mut Vec<u8>,
-    ) -> Result<&'r [u8]> {
-        let raw = grown(raw, rows.len() * encoding.row_bytes());
-        self.read(table, rows, raw)?;
-        Ok(raw)
     }
 
     fn read_unguarded(&self, table: usize, rows: &[u32], out: &mut [u8]) -> Result<()> {
@@ -103,9 +90,11 @@ impl ReadCtx<'_> {
 /// The first `len` bytes of `buf`, grown to hold them; its allocation and
 /// length are kept for the next use.
 ///
-/// Why not cleared to `len` zero bytes each time: every read writes all of
-/// the `len` bytes it is given, and zeroing a prefill's scratch was 14% of
-/// a prefill token's instructions (callgrind, docs/bench.md "CPU cost").
+/// Why not cleared to `len` zero bytes each time: every read whose bytes
+/// are looked at writes all of the `len` bytes it is given (a warm-up's
+/// may write none, and nobody reads them), and zeroing a prefill's scratch
+/// was 14% of a prefill token's instructions (callgrind, docs/bench.md "CPU
+/// cost").
 pub(crate) fn grown(buf: &mut Vec<u8>, len: usize) -> &mut [u8] {
     if buf.len() < len {
         buf.resize(len, 0);

@@ -42,10 +42,9 @@ pub(super) struct TableJob {
     reuse: Option<Mutex<Reuse>>,
     pub(super) source: Arc<dyn RowSource>,
     pub(super) stats: Arc<StatsRecorder>,
-    /// The buffer page-cache warm reads land in and are dropped from.
-    warm_scratch: Mutex<Vec<u8>>,
     /// The stored bytes of a batch's rows: an f32 table's before they are
-    /// decoded, and the rows read ahead into the reuse store. Kept between
+    /// decoded, the rows read ahead into the reuse store, and those a
+    /// warm-up reads only to drop (a source that reads them). Kept between
     /// batches (one reader of the job at a time): allocating megabytes per
     /// batch on pool threads grows the allocator's retained memory with the
     /// prompt.
@@ -72,6 +71,28 @@ enum Slots<'a> {
 }
 
 impl Slots<'_> {
+    /// Reads all of `rows` of `table` into the slots and returns their
+    /// stored bytes: the slots themselves for raw rows, the front of
+    /// `scratch` (where they were read before one decode call) for f32.
+    fn read_all<'s>(
+        &'s mut self,
+        ctx: &ReadCtx<'_>,
+        table: usize,
+        rows: &[u32],
+        scratch: &'s mut Vec<u8>,
+    ) -> Result<&'s [u8]> {
+        match self {
+            Slots::Raw(out) => {
+                ctx.read(table, rows, out)?;
+                Ok(&out[..])
+            }
+            Slots::F32(enc, out) => {
+                ctx.read_f32_via(table, rows, *enc, out, scratch)?;
+                Ok(&scratch[..rows.len() * enc.row_bytes()])
+            }
+        }
+    }
+
     /// Delivers row `i` of the batch from its stored bytes.
     fn put(&mut self, i: usize, stored: &[u8]) -> std::result::Result<(), RowsError> {
         match self {
@@ -109,7 +130,6 @@ impl TableJob {
             reuse: reuse_for(setup, table),
             source: setup.source.clone(),
             stats: setup.stats.clone(),
-            warm_scratch: Mutex::new(Vec::new()),
             raw_scratch: Mutex::new(Vec::new()),
         }
     }
@@ -138,6 +158,17 @@ impl TableJob {
         self.prompt.table_rows(self.table, start, end)
     }
 
+    /// How this table's prefill reads go to the source.
+    fn read_ctx(&self, phase: Phase) -> ReadCtx<'_> {
+        ReadCtx {
+            source: &self.source,
+            stats: &self.stats,
+            phase,
+            priority: Priority::Prefill,
+            batch: self.plan.batch,
+        }
+    }
+
     /// Reads tokens `start..end` into their ring slots (split where the ring
     /// wraps).
     ///
@@ -146,13 +177,7 @@ impl TableJob {
     /// this job runs (one chunk in flight, or the consumer reading at the
     /// wait with no pool reader scheduled).
     pub(super) fn read_range(&self, start: u32, end: u32, phase: Phase) -> Result<()> {
-        let ctx = ReadCtx {
-            source: &self.source,
-            stats: &self.stats,
-            phase,
-            priority: Priority::Prefill,
-            batch: self.plan.batch,
-        };
+        let ctx = self.read_ctx(phase);
         let cap = self.plan.ring_tokens;
         let mut t = start;
         while t < end {
@@ -161,26 +186,20 @@ impl TableJob {
             let rows = self.row_ids(t, seg_end);
             let tb = self.token_bytes();
             let (at, len) = (slot as usize * tb, (seg_end - t) as usize * tb);
-            // SAFETY (all arms): per the caller's guarantee the slots of
-            // t..seg_end are neither viewed by the consumer nor written by
-            // anyone else.
-            match (&self.reuse, self.decode) {
-                (Some(reuse), decode) => {
-                    let slots = match decode {
-                        Some(enc) => {
-                            Slots::F32(enc, unsafe { self.ring.slice_mut_f32(at, len / 4) })
-                        }
-                        None => Slots::Raw(unsafe { self.ring.slice_mut(at, len) }),
-                    };
-                    self.read_reusing(&ctx, &mut lock(reuse), t, seg_end, &rows, slots)?;
+            // SAFETY: per the caller's guarantee the slots of t..seg_end
+            // are neither viewed by the consumer nor written by anyone else.
+            let mut slots = match self.decode {
+                Some(enc) => Slots::F32(enc, unsafe { self.ring.slice_mut_f32(at, len / 4) }),
+                None => Slots::Raw(unsafe { self.ring.slice_mut(at, len) }),
+            };
+            let mut scratch = lock(&self.raw_scratch);
+            match &self.reuse {
+                Some(reuse) => {
+                    let reuse = &mut lock(reuse);
+                    self.read_reusing(&ctx, reuse, t, seg_end, &rows, slots, &mut scratch)?
                 }
-                (None, Some(enc)) => {
-                    let out = unsafe { self.ring.slice_mut_f32(at, len / 4) };
-                    let mut raw = lock(&self.raw_scratch);
-                    ctx.read_f32_via(self.table, &rows, enc, out, &mut raw)?;
-                }
-                (None, None) => {
-                    ctx.read(self.table, &rows, unsafe { self.ring.slice_mut(at, len) })?
+                None => {
+                    slots.read_all(&ctx, self.table, &rows, &mut scratch)?;
                 }
             }
             t = seg_end;
@@ -209,13 +228,7 @@ impl TableJob {
                 .map(|(token, row)| (row, token))
                 .unzip()
         };
-        let ctx = ReadCtx {
-            source: &self.source,
-            stats: &self.stats,
-            phase: Phase::Prefill,
-            priority: Priority::Prefill,
-            batch: self.plan.batch,
-        };
+        let ctx = self.read_ctx(Phase::Prefill);
         // Stored bytes, whatever the delivered format: the store keeps them.
         let stored_bytes = self.source.row_bytes(self.table);
         // Taken out of its lock for the read: the store's lock is taken
@@ -256,7 +269,7 @@ impl TableJob {
         if rows.is_empty() {
             return Ok(());
         }
-        let mut scratch = lock(&self.warm_scratch);
+        let mut scratch = lock(&self.raw_scratch);
         let len = rows.len() * self.source.row_bytes(self.table);
         // Straight to the source, not through `ReadCtx`: the prefill's row
         // counts stay those of the rows it delivers (the ring's later reads
@@ -289,8 +302,10 @@ impl TableJob {
     }
 
     /// Fills `out` with the rows of tokens `first..end` (`rows`): those in
-    /// the reuse store from it, the rest read in one call; then each row's
-    /// last occurrence in the range goes to the store with its next use.
+    /// the reuse store from it, the rest read in one call (through
+    /// `scratch`); then each row's last occurrence in the range goes to the
+    /// store with its next use.
+    #[allow(clippy::too_many_arguments)]
     fn read_reusing(
         &self,
         ctx: &ReadCtx<'_>,
@@ -299,6 +314,7 @@ impl TableJob {
         end: u32,
         rows: &[u32],
         mut out: Slots<'_>,
+        scratch: &mut Vec<u8>,
     ) -> Result<()> {
         let corrupt = |e: RowsError, row: u32| e.into_error_at(self.table, &[row]);
         let mut missing = Vec::new();
@@ -313,27 +329,22 @@ impl TableJob {
             }
         }
         let hits = rows.len() - missing.len();
-        let mut scratch = lock(&self.raw_scratch);
-        let stored: &[u8] = match &mut out {
-            // Nothing to copy around: the raw rows are read into their
-            // slots, and the store takes them from there.
-            Slots::Raw(slots) if hits == 0 => {
-                ctx.read(self.table, rows, slots)?;
-                slots
+        let stored: &[u8] = if hits == 0 {
+            // Nothing held: the whole batch is read as if there were no
+            // store, and the store takes the rows from there.
+            out.read_all(ctx, self.table, rows, scratch)?
+        } else {
+            let stored_bytes = self.source.row_bytes(self.table);
+            let read = grown(scratch, missing.len() * stored_bytes);
+            ctx.read(self.table, &missing, read)?;
+            for ((bytes, row), &i) in read
+                .chunks_exact(stored_bytes)
+                .zip(&missing)
+                .zip(&missing_at)
+            {
+                out.put(i, bytes).map_err(|e| corrupt(e, *row))?;
             }
-            _ => {
-                let stored_bytes = self.source.row_bytes(self.table);
-                let read = grown(&mut scratch, missing.len() * stored_bytes);
-                ctx.read(self.table, &missing, read)?;
-                for ((bytes, row), &i) in read
-                    .chunks_exact(stored_bytes)
-                    .zip(&missing)
-                    .zip(&missing_at)
-                {
-                    out.put(i, bytes).map_err(|e| corrupt(e, *row))?;
-                }
-                read
-            }
+            read
         };
         self.keep_for_reuse(reuse, first, end, rows, &missing_at, stored);
         self.stats.record_reuse(ctx.phase, self.table, hits as u64);
