@@ -7,8 +7,10 @@ torch is imported only where a timeline is recorded."""
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
+import time
 
 
 class Timeline:
@@ -38,6 +40,52 @@ class Timeline:
             out[label] = out.get(label, 0.0) + a.elapsed_time(b)
         self.marks.clear()
         return out
+
+
+class HostClock:
+    """The host thread's own time per labelled part of a loop: `lap(label)`
+    puts the time since the previous lap under `label`. With the GPU
+    timeline it tells a GPU that idles because the host is late (and where
+    the host spent the time) from one that waits for rows."""
+
+    def __init__(self):
+        self.parts = {}
+        self.last = time.perf_counter()
+
+    def lap(self, label: str):
+        now = time.perf_counter()
+        self.parts[label] = self.parts.get(label, 0.0) + (now - self.last)
+        self.last = now
+
+    def restart(self):
+        self.last = time.perf_counter()
+
+
+class GcClock:
+    """Time the Python garbage collector ran while open: a host that
+    allocates a few objects a step (events, views) triggers collections that
+    walk every tracked object, on the host's path between two launches."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.collections = 0
+        self._start = None
+
+    def _callback(self, phase, _info):
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.seconds += time.perf_counter() - self._start
+            self.collections += 1
+            self._start = None
+
+    def __enter__(self):
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self._callback)
+        return False
 
 
 def wait_profile(waits: list, ubatch: int) -> dict:
@@ -147,7 +195,7 @@ def summarize(runs: dict, args) -> list:
             for key in rs[0][phase].get("gpu_ms", {}):
                 row[f"{phase}_gpu_{key}_ms"] = spread(
                     [r[phase]["gpu_ms"].get(key) for r in rs])["median"]
-            for key in rs[0][phase].get("host_us_per_step", {}) if schedule != "resident" else ():
+            for key in rs[0][phase].get("host_us_per_step", {}):
                 row[f"{phase}_host_{key}_us"] = spread(
                     [r[phase]["host_us_per_step"][key] for r in rs])["median"]
             if rs[0][phase].get("gpu_wait_ms") is not None:

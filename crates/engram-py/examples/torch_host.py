@@ -14,6 +14,8 @@ calls ``step_begin`` as soon as the sampled token is on the host.
 
 Schedules:
   resident  the rows gathered on the GPU from a device copy (no storage): the floor
+  pinned    the rows gathered on the host from a memory copy, then moved as the
+            engine's are (no storage, no engine): what the copy path costs
   sync      the engine with prefetch off: rows read at the layer, then copied
   overlap   the engine's pipeline (no row cache, no hints)
   full      overlap + a row cache + draft hints (right with probability P)
@@ -50,11 +52,13 @@ import torch  # noqa: E402
 
 import engram
 
-from host_measure import (Timeline, engine_threads_cpu_s, evict,  # noqa: E402
-                          open_options, stall_summary, summarize, wait_profile)
+from host_measure import (GcClock, HostClock, Timeline, engine_threads_cpu_s,  # noqa: E402
+                          evict, open_options, stall_summary, summarize, wait_profile)
 from torch_model import PROFILES, ROW_DIM, Decoder, calibrate_ffn, rmsnorm  # noqa: E402
 
 SCHEDULES = ("resident", "sync", "overlap", "full")
+# Diagnostic schedules, run only when named.
+EXTRA_SCHEDULES = ("pinned",)
 
 
 @dataclass
@@ -103,12 +107,13 @@ class Host:
     """Runs one schedule over a prompt: prefill (layer or chunk sweep), then
     teacher-forced decode steps."""
 
-    def __init__(self, args, schedule: str, info, tokens: np.ndarray, ids: np.ndarray, rows_gpu):
+    def __init__(self, args, schedule: str, info, tokens: np.ndarray, ids: np.ndarray, rows):
         self.args, self.schedule, self.tokens, self.ids = args, schedule, tokens, ids
         self.device = torch.device(args.device)
         self.rows_per_token = info.rows_per_token
         self.engram_layers = {layer: t for t, layer in enumerate(info.layer_ids)}
-        self.resident = rows_gpu
+        self.resident = rows.gpu
+        self.in_memory = rows.host
         cuda = self.device.type == "cuda"
         self.compute = torch.cuda.current_stream() if cuda else None
         self.copy = torch.cuda.Stream() if cuda else None
@@ -199,6 +204,17 @@ class Host:
             self.consumed(table, hi - lo)
         return h
 
+    def gather_in_memory(self, table: int, lo: int, out: np.ndarray):
+        """`pinned`: the rows of tokens [lo, lo + len(out)) from the host copy."""
+        index, rows = self.in_memory[table]
+        np.take(rows, index[lo:lo + out.shape[0]], axis=0, out=out)
+
+    def step_source(self, seq, table: int, pos: int):
+        """How a decode step's rows of `table` come into a host buffer."""
+        if seq is None:
+            return lambda out: self.gather_in_memory(table, pos, out)
+        return lambda out: seq.step_wait_into(table, out)
+
     def sync(self):
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -214,7 +230,10 @@ class Host:
 
         def wait_into(table, out, hi):
             t0 = time.perf_counter()
-            pf.wait_into(table, hi, out)
+            if pf is None:
+                self.gather_in_memory(table, hi - out.shape[0], out)
+            else:
+                pf.wait_into(table, hi, out)
             t1 = time.perf_counter()
             self.waits.append((table, hi, t0 - started, t1 - t0))
 
@@ -246,49 +265,58 @@ class Host:
         step_s = []
         self.sync()
         started = time.perf_counter()
-        host = {"step_begin": 0.0, "hint": 0.0}  # host seconds in engine calls
-        for s in range(k):
-            t0 = time.perf_counter()
-            pos = n + s
-            token = int(self.tokens[pos])
-            guess = None
-            if seq is not None:
-                seq.step_begin(token)  # the token is on the host: reads start now
-                host["step_begin"] += time.perf_counter() - t0
-                if self.schedule == "full" and pos + 1 < len(self.tokens):
-                    right = drafts.random() < self.args.draft
-                    guess = int(self.tokens[pos + 1]) if right else drafts.randrange(vocab)
-            self.timeline.mark("between")  # the sampling sync and the host's turn
-            h = self.model.embed_tokens(self.tokens[pos:pos + 1])
-            self.model.pos.fill_(pos)
-            for i, seg in enumerate(self.model.segments):
-                if seg.table is not None:
-                    self.deliver_step(seg, pos, lambda out, t=seg.table: seq.step_wait_into(t, out))
-                    self.timeline.mark(f"rows{seg.table}")  # idle until this table's rows
-                if seg.graph is None:
-                    seg.h_in = h
-                elif seg.h_in is not h:
-                    seg.h_in.copy_(h)
-                h = seg.run()
-                self.timeline.mark(f"segment{i}")
-                self.step_done(seg)
-                if i == 0 and guess is not None:
-                    # After the first layers are launched: the hint is for
-                    # the next step, and the GPU need not idle while it is
-                    # handed over.
-                    t1 = time.perf_counter()
-                    seq.hint([guess])
-                    host["hint"] += time.perf_counter() - t1
-            logits = rmsnorm(h) @ self.model.head.T
-            _sampled = int(logits.argmax())  # the sampling sync of a real runtime
-            self.timeline.mark("head")
-            digest.update(h.float().cpu().numpy().tobytes())
-            step_s.append(time.perf_counter() - t0)
+        clock = HostClock()  # the host's time per part of a step
+        with GcClock() as collector:
+            for s in range(k):
+                t0 = time.perf_counter()
+                clock.restart()
+                pos = n + s
+                token = int(self.tokens[pos])
+                guess = None
+                if seq is not None:
+                    seq.step_begin(token)  # the token is on the host: reads start now
+                    clock.lap("step_begin")
+                    if self.schedule == "full" and pos + 1 < len(self.tokens):
+                        right = drafts.random() < self.args.draft
+                        guess = int(self.tokens[pos + 1]) if right else drafts.randrange(vocab)
+                self.timeline.mark("between")  # the sampling sync and the host's turn
+                h = self.model.embed_tokens(self.tokens[pos:pos + 1])
+                self.model.pos.fill_(pos)
+                clock.lap("embed")
+                for i, seg in enumerate(self.model.segments):
+                    if seg.table is not None:
+                        self.deliver_step(seg, pos, self.step_source(seq, seg.table, pos))
+                        self.timeline.mark(f"rows{seg.table}")  # idle until this table's rows
+                        clock.lap(f"rows{seg.table}")
+                    if seg.graph is None:
+                        seg.h_in = h
+                    elif seg.h_in is not h:
+                        seg.h_in.copy_(h)
+                    h = seg.run()
+                    self.timeline.mark(f"segment{i}")
+                    self.step_done(seg)
+                    clock.lap(f"launch{i}")
+                    if i == 0 and guess is not None:
+                        # After the first layers are launched: the hint is for
+                        # the next step, and the GPU need not idle while it is
+                        # handed over.
+                        seq.hint([guess])
+                        clock.lap("hint")
+                logits = rmsnorm(h) @ self.model.head.T
+                clock.lap("head")
+                _sampled = int(logits.argmax())  # the sampling sync of a real runtime
+                clock.lap("sample")
+                self.timeline.mark("head")
+                digest.update(h.float().cpu().numpy().tobytes())
+                clock.lap("digest")
+                step_s.append(time.perf_counter() - t0)
         wall = time.perf_counter() - started
         gpu_ms = self.timeline.totals_ms()
+        host_us = {key: 1e6 * v / max(k, 1) for key, v in clock.parts.items()}
+        host_us["gc"] = 1e6 * collector.seconds / max(k, 1)
         return {"wall_s": wall, "tok_s": k / wall if k else 0.0,
                 "step_ms_p50": 1e3 * statistics.median(step_s) if step_s else 0.0,
-                "host_us_per_step": {key: 1e6 * v / max(k, 1) for key, v in host.items()},
+                "host_us_per_step": host_us, "gc_collections": collector.collections,
                 "gpu_us_per_step": {key: 1e3 * v / max(k, 1) for key, v in gpu_ms.items()},
                 "checksum": digest.hexdigest()}
 
@@ -311,26 +339,34 @@ def load_tokens(args) -> np.ndarray:
     return np.asarray(tok.encode(text, add_special_tokens=False).ids, dtype=np.uint32)
 
 
-def resident_rows(args, engine, ids: np.ndarray, device):
-    """Per table: the distinct rows the run needs, read once (untimed) and
-    kept on the device, plus each token's index into them."""
-    out = []
+@dataclass
+class InMemoryRows:
+    """Per table: the distinct rows the run needs, read once (untimed), and
+    each token's index into them; on the device (`resident`) and in host
+    memory (`pinned`)."""
+
+    gpu: list
+    host: list
+
+
+def resident_rows(args, engine, ids: np.ndarray, device) -> InMemoryRows:
+    gpu, host = [], []
     for table in range(ids.shape[1]):
         flat = ids[:, table, :].reshape(-1)
         uniq, inverse = np.unique(flat, return_inverse=True)
-        rows = engine.rows(table, uniq, format="f32")
-        dev = torch.from_numpy(np.ascontiguousarray(rows)).to(device)
-        index = torch.from_numpy(inverse.reshape(ids.shape[0], ids.shape[2]).astype(np.int64))
-        out.append((index.to(device), dev))
-    return out
+        rows = np.ascontiguousarray(engine.rows(table, uniq, format="f32"))
+        index = inverse.reshape(ids.shape[0], ids.shape[2]).astype(np.int64)
+        host.append((index, rows))
+        gpu.append((torch.from_numpy(index).to(device), torch.from_numpy(rows).to(device)))
+    return InMemoryRows(gpu, host)
 
 
-def run_schedule(args, schedule: str, tokens, ids, rows_gpu, info) -> dict:
+def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:
     torch.manual_seed(0)
-    host = Host(args, schedule, info, tokens, ids, rows_gpu)
+    host = Host(args, schedule, info, tokens, ids, rows)
     engine = None
     seq = None
-    if schedule != "resident":
+    if schedule not in ("resident", "pinned"):
         if args.cold:
             evict(args.model)
         # The runtime knows its sweep, and says so (--open may override it).
@@ -417,6 +453,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def write_results(args, runs: dict) -> dict:
+    """The runs so far and their summary (the repeats done so far), to --json."""
+    done = {s: rs for s, rs in runs.items() if rs}
+    doc = {"args": dict(vars(args)), "results": [r for rs in done.values() for r in rs],
+           "summary": summarize(done, args)}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+    return doc
+
+
 def main(argv=None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
@@ -433,34 +480,35 @@ def main(argv=None) -> int:
     info = probe.info
     args.vocab = info.vocab_size
     ids = probe.sequence().row_ids(tokens)
-    rows_gpu = resident_rows(args, probe, ids, torch.device(args.device))
+    rows = resident_rows(args, probe, ids, torch.device(args.device))
     probe.close()
 
     # Warm-up, untimed: kernels chosen and loaded, allocator primed.
     warm = argparse.Namespace(**{**vars(args), "prefill": min(args.ubatch, args.prefill),
                                  "decode": min(4, args.decode)})
-    run_schedule(warm, "resident", tokens, ids, rows_gpu, info)
+    run_schedule(warm, "resident", tokens, ids, rows, info)
 
     schedules = args.schedule.split(",")
+    unknown = [s for s in schedules if s not in SCHEDULES + EXTRA_SCHEDULES]
+    if unknown:
+        p.error(f"--schedule: unknown {', '.join(unknown)} "
+                f"(expected some of {', '.join(SCHEDULES + EXTRA_SCHEDULES)})")
     runs = {s: [] for s in schedules}
     for repeat in range(args.repeat):  # interleaved: drift hits every schedule alike
         for schedule in schedules:
-            r = run_schedule(args, schedule, tokens, ids, rows_gpu, info)
+            r = run_schedule(args, schedule, tokens, ids, rows, info)
             r["repeat"] = repeat
             runs[schedule].append(r)
             print(f"{schedule:9} prefill {r['prefill']['tok_s']:9.1f} tok/s "
                   f"decode {r['decode']['tok_s']:8.2f} tok/s "
                   f"checksums {r['prefill']['checksum'][:8]} {r['decode']['checksum'][:8]}",
                   flush=True)
-    results = [r for s in schedules for r in runs[s]]
-    doc = {"args": dict(vars(args)), "results": results}
-    doc["summary"] = summarize(runs, args)
+            # After every run: a run cut short by a time limit keeps what it measured.
+            doc = write_results(args, runs)
     for row in doc["summary"]:
         print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                        for k, v in row.items()))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1, default=str)
+    results = doc["results"]
     sums = {(r["prefill"]["checksum"], r["decode"]["checksum"]) for r in results}
     if len(sums) != 1:
         print("checksums differ between schedules", file=sys.stderr)

@@ -36,10 +36,12 @@ def tokens_file(tmp_path):
 @pytest.mark.parametrize("sweep", ["layer", "chunk"])
 def test_every_schedule_hashes_alike(model, tokens_file, tmp_path, sweep):
     out = tmp_path / "host.json"
-    assert torch_host.main(args_for(model, tokens_file, out, "--sweep", sweep)) == 0
+    every = torch_host.SCHEDULES + torch_host.EXTRA_SCHEDULES
+    assert torch_host.main(args_for(model, tokens_file, out, "--sweep", sweep,
+                                    "--schedule", ",".join(every))) == 0
     doc = json.loads(out.read_text())
     names = [r["schedule"] for r in doc["results"]]
-    assert names == list(torch_host.SCHEDULES)
+    assert names == list(every)
     assert len({r["prefill"]["checksum"] for r in doc["results"]}) == 1
     assert len({r["decode"]["checksum"] for r in doc["results"]}) == 1
     full = next(r for r in doc["results"] if r["schedule"] == "full")
@@ -60,11 +62,15 @@ def test_the_hash_depends_on_the_rows(model, tokens_file):
         ids = probe.sequence().row_ids(tokens)
         rows = torch_host.resident_rows(ns, probe, ids, torch.device("cpu"))
     base = torch_host.run_schedule(ns, "resident", tokens, ids, rows, info)
-    index, values = rows[1]
-    changed = [rows[0], (index, values * 2)]
+    index, values = rows.gpu[1]
+    changed = torch_host.InMemoryRows([rows.gpu[0], (index, values * 2)], rows.host)
     other = torch_host.run_schedule(ns, "resident", tokens, ids, changed, info)
     assert base["prefill"]["checksum"] != other["prefill"]["checksum"]
     assert base["decode"]["checksum"] != other["decode"]["checksum"]
+    # `pinned` moves the host copy's rows: doubling the device copy's does
+    # not change its hash, so the schedule really reads the host copy.
+    pinned = torch_host.run_schedule(ns, "pinned", tokens, ids, changed, info)
+    assert pinned["decode"]["checksum"] == base["decode"]["checksum"]
 
 
 def test_the_decode_step_matches_a_one_token_chunk():
@@ -113,7 +119,8 @@ def test_a_finished_host_frees_its_decoder(model, tokens_file):
         ids = probe.sequence().row_ids(tokens)
     gc.disable()
     try:
-        host = torch_host.Host(ns, "sync", info, tokens, ids, None)
+        rows = torch_host.InMemoryRows([], [])
+        host = torch_host.Host(ns, "sync", info, tokens, ids, rows)
         decoder = weakref.ref(host.model)
         del host
         assert decoder() is None
