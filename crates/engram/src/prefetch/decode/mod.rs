@@ -157,11 +157,11 @@ impl StepJob {
             batch: self.mode.batch,
         };
         match self.decode[table] {
-            // SAFETY: per the caller's guarantee.
             Some(enc) => ctx.read_f32_via(
                 table,
                 &rows,
                 enc,
+                // SAFETY: per the caller's guarantee.
                 unsafe { t.buf.slice_mut_f32(0, t.buf.len() / 4) },
                 &mut Vec::new(),
             ),
