@@ -9,9 +9,9 @@ use engram::codec::ROW_DIM;
 use engram::open::OpenEngine;
 use engram::prefetch::RowFormat;
 
-use crate::handles::{self, call_on};
+use crate::handles::{self, call_filling, call_on};
 use crate::options::{self, engram_options};
-use crate::ptr::{c_str, slice_in, slice_out, write_out};
+use crate::ptr::{c_str, slice_in, slice_out};
 use crate::status::{call, engram_status, FfiError, FfiResult};
 use crate::text::call_json;
 
@@ -193,10 +193,12 @@ pub unsafe extern "C" fn engram_engine_info(
     engine: *mut engram_engine,
     info: *mut engram_info,
 ) -> engram_status {
-    call_on("engram_engine_info", engine, |obj| {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { write_out(info, "info", obj.info()) }
-    })
+    // SAFETY: forwarded from the caller's contract.
+    unsafe {
+        call_filling("engram_engine_info", engine, info, "info", |obj| {
+            Ok(obj.info())
+        })
+    }
 }
 
 /// Fills `*out` with facts about table `table` of the engine.
@@ -209,18 +211,18 @@ pub unsafe extern "C" fn engram_table_info(
     table: u32,
     out: *mut engram_table,
 ) -> engram_status {
-    call_on("engram_table_info", engine, |obj| {
+    let facts = |obj: Arc<EngineObj>| {
         let t = obj.check_table(table)?;
         let loc = &obj.model.tables[t];
-        let facts = engram_table {
+        Ok(engram_table {
             rows: loc.rows,
             layer_id: loc.layer_id,
             stored_row_bytes: obj.engine.source().row_bytes(t) as u32,
             row_bytes: obj.row_bytes(t, obj.engine.config().format) as u32,
-        };
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { write_out(out, "out", facts) }
-    })
+        })
+    };
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { call_filling("engram_table_info", engine, out, "out", facts) }
 }
 
 /// Reads rows `ids[0..n]` of `table` synchronously into `out` (row `i` at

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::engine::{engram_engine, EngineObj};
 use crate::prefill::{engram_prefill, PrefillObj};
-use crate::ptr::write_out;
+use crate::ptr::{check_out, write_out};
 use crate::seq::{engram_seq, SeqObj};
 use crate::status::{call, engram_status, FfiError, FfiResult};
 
@@ -175,6 +175,28 @@ pub(crate) fn call_on<H: Handle>(
     body: impl FnOnce(Arc<H::Obj>) -> FfiResult,
 ) -> engram_status {
     call(name, || body(of(handle)?))
+}
+
+/// Runs an entry point that fills the caller's `*out` with what `body`
+/// makes from the live object behind `handle` (the lookup of
+/// [`call_on`]): `out` is checked before the body runs, so a NULL is
+/// reported before a wait consumes anything, and written only on success.
+///
+/// # Safety
+/// `out` is NULL (reported) or points at a writable `T`.
+pub(crate) unsafe fn call_filling<H: Handle, T>(
+    name: &str,
+    handle: *mut H,
+    out: *mut T,
+    what: &str,
+    body: impl FnOnce(Arc<H::Obj>) -> FfiResult<T>,
+) -> engram_status {
+    call_on(name, handle, |obj| {
+        check_out(out, what)?;
+        let value = body(obj)?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { write_out(out, what, value) }
+    })
 }
 
 /// Runs an entry point that makes an object on the live `parent` and hands

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use engram::prefetch::Prefill;
 
-use crate::handles::{self, call_making, call_on};
-use crate::ptr::{check_out, slice_out, write_out};
+use crate::handles::{self, call_filling, call_making, call_on};
+use crate::ptr::{slice_out, write_out};
 use crate::rows::{copy_into, engram_rows, too_small};
 use crate::seq::{engram_seq, tokens_in, SeqObj};
 use crate::status::{call, engram_status, FfiError, FfiResult};
@@ -127,16 +127,12 @@ pub unsafe extern "C" fn engram_prefill_wait(
     upto: u32,
     rows: *mut engram_rows,
 ) -> engram_status {
-    call_on("engram_prefill_wait", pf, |obj| {
-        check_out(rows, "rows")?;
+    let wait = |obj: Arc<PrefillObj>| {
         obj.seq.rows_bytes(table, 0)?;
-        obj.with(|live| {
-            let view = live.wait(table as usize, upto)?;
-            // SAFETY: forwarded from the caller's contract.
-            unsafe { crate::rows::give(&view, rows) }?;
-            Ok(())
-        })
-    })
+        obj.with(|live| Ok(engram_rows::from_view(&live.wait(table as usize, upto)?)))
+    };
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { call_filling("engram_prefill_wait", pf, rows, "rows", wait) }
 }
 
 /// `engram_prefill_wait`, copying the rows into `out` (e.g. a Metal shared

@@ -64,15 +64,6 @@ impl engram_rows {
     }
 }
 
-/// Writes `view` to the wait's `rows` out-pointer.
-///
-/// # Safety
-/// `rows` is NULL or writable (checked before the wait by the caller).
-pub(crate) unsafe fn give(view: &RowsView<'_>, rows: *mut engram_rows) -> FfiResult {
-    // SAFETY: forwarded from the caller's contract.
-    unsafe { write_out(rows, "rows", engram_rows::from_view(view)) }
-}
-
 /// The error for an `_into` buffer smaller than `need` bytes.
 pub(crate) fn too_small(have: usize, need: usize) -> FfiError {
     FfiError::new(

@@ -9,9 +9,9 @@ use engram::prefetch::Sequence;
 use engram::stats::{Stats, Summary};
 
 use crate::engine::{engram_engine, EngineObj};
-use crate::handles::{self, call_making, call_on};
+use crate::handles::{self, call_filling, call_making, call_on};
 use crate::prefill::PrefillObj;
-use crate::ptr::{check_out, slice_in, slice_out, write_out};
+use crate::ptr::{slice_in, slice_out};
 use crate::rows::{copy_into, engram_rows, too_small};
 use crate::status::{call, engram_status, FfiError, FfiResult};
 use crate::text::call_json;
@@ -282,14 +282,14 @@ pub unsafe extern "C" fn engram_step_wait(
     table: u32,
     rows: *mut engram_rows,
 ) -> engram_status {
-    call_on("engram_step_wait", seq, |obj| {
-        check_out(rows, "rows")?;
+    let wait = |obj: Arc<SeqObj>| {
         obj.rows_bytes(table, 1)?;
         let mut inner = obj.lock()?;
         let view = inner.seq.step_wait(table as usize)?;
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { crate::rows::give(&view, rows) }
-    })
+        Ok(engram_rows::from_view(&view))
+    };
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { call_filling("engram_step_wait", seq, rows, "rows", wait) }
 }
 
 /// `engram_step_wait`, copying the rows into `out` (e.g. a Metal shared
@@ -372,8 +372,7 @@ pub unsafe extern "C" fn engram_seq_stall(
     phase: u32,
     stall: *mut engram_stall,
 ) -> engram_status {
-    call_on("engram_seq_stall", seq, |obj| {
-        check_out(stall, "stall")?;
+    let summary = |obj: Arc<SeqObj>| {
         let stats = obj.lock()?.seq.stats();
         let phase = match phase {
             ENGRAM_PHASE_PREFILL => &stats.prefill,
@@ -385,7 +384,7 @@ pub unsafe extern "C" fn engram_seq_stall(
             }
         };
         let per_token: &Summary = &phase.stall_per_token_total;
-        let summary = engram_stall {
+        Ok(engram_stall {
             tokens: per_token.count,
             waits: phase.tables.iter().map(|t| t.waits).sum(),
             total_us: phase.tables.iter().map(|t| t.stall_total_us).sum(),
@@ -393,8 +392,8 @@ pub unsafe extern "C" fn engram_seq_stall(
             p50_us: per_token.p50_us,
             p99_us: per_token.p99_us,
             max_us: per_token.max_us,
-        };
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { write_out(stall, "stall", summary) }
-    })
+        })
+    };
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { call_filling("engram_seq_stall", seq, stall, "stall", summary) }
 }

@@ -2,45 +2,79 @@
 //! point runs its body in (no panic crosses the boundary).
 
 use std::cell::RefCell;
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// What a call returned. Every function of the C ABI returns one; on
-/// anything but `ENGRAM_OK`, `engram_last_error` tells what was wrong.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(non_camel_case_types)]
-pub enum engram_status {
-    /// Success.
-    ENGRAM_OK = 0,
-    /// A value outside what the call accepts (a table index out of range, a
-    /// token outside the vocabulary, a bad option, a wait that goes back).
-    ENGRAM_INVALID_ARGUMENT = 1,
-    /// A required pointer was NULL, or misaligned for its type.
-    ENGRAM_NULL_POINTER = 2,
-    /// A handle that is not live: already freed or ended, never returned by
-    /// this library, or of another kind (a sequence passed as a prefill).
-    ENGRAM_INVALID_HANDLE = 3,
-    /// The call is not allowed in the object's current state (a decode step
-    /// or a second prefill while a prefill is live).
-    ENGRAM_STATE = 4,
-    /// The caller's output buffer is smaller than the rows to write; nothing
-    /// was consumed, the call can be repeated with a larger buffer.
-    ENGRAM_BUFFER_TOO_SMALL = 5,
-    /// An operating-system I/O error (opening the model, reading a row).
-    ENGRAM_IO = 6,
-    /// A malformed model file, layout or tokenizer.
-    ENGRAM_FORMAT = 7,
-    /// A row whose bytes do not decode (f32 output only).
-    ENGRAM_CORRUPT_ROW = 8,
-    /// The prefill, sequence or engine was ended while the call waited.
-    ENGRAM_CANCELLED = 9,
-    /// A bug in the library: a panic was caught at the boundary or in a
-    /// reader task. The object it happened on may refuse further calls with
-    /// this status.
-    ENGRAM_PANIC = 10,
-    /// An error of a kind this version does not classify.
-    ENGRAM_INTERNAL = 11,
+/// Declares [`engram_status`] from one table: each status's name (the
+/// variant, the C enumerator and what [`engram_status_name`] returns), its
+/// value and its meaning (the variant's docs and, through
+/// [`engram_status::meaning`], the header's comment: cbindgen does not see
+/// into macros, so the header test writes this enum from the table).
+macro_rules! statuses {
+    (
+        $(#[doc = $doc:literal])*
+        enum engram_status;
+        $($name:ident = $value:literal: $meaning:literal;)*
+    ) => {
+        $(#[doc = $doc])*
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[allow(non_camel_case_types)]
+        pub enum engram_status {
+            $(#[doc = $meaning] $name = $value,)*
+        }
+
+        impl engram_status {
+            /// Every status, by value.
+            pub const ALL: &'static [engram_status] = &[$(engram_status::$name),*];
+
+            /// The type's own docs, a line each (for the header).
+            pub const DOC: &'static [&'static str] = &[$($doc),*];
+
+            /// The status's name as C spells it (`ENGRAM_OK`).
+            pub fn name(self) -> &'static CStr {
+                match self {
+                    $(engram_status::$name => const {
+                        let bytes = concat!(stringify!($name), "\0").as_bytes();
+                        match CStr::from_bytes_with_nul(bytes) {
+                            Ok(name) => name,
+                            Err(_) => panic!("a status name holds a NUL"),
+                        }
+                    },)*
+                }
+            }
+
+            /// What the status means, as one line of text.
+            pub fn meaning(self) -> &'static str {
+                match self {
+                    $(engram_status::$name => $meaning,)*
+                }
+            }
+        }
+    };
+}
+
+statuses! {
+    /// What a call returned. Every function of the C ABI returns one; on
+    /// anything but `ENGRAM_OK`, `engram_last_error` tells what was wrong.
+    enum engram_status;
+    ENGRAM_OK = 0: "Success.";
+    ENGRAM_INVALID_ARGUMENT = 1: "A value outside what the call accepts (a table index out of \
+        range, a token outside the vocabulary, a bad option, a wait that goes back).";
+    ENGRAM_NULL_POINTER = 2: "A required pointer was NULL, or misaligned for its type.";
+    ENGRAM_INVALID_HANDLE = 3: "A handle that is not live: already freed or ended, never \
+        returned by this library, or of another kind (a sequence passed as a prefill).";
+    ENGRAM_STATE = 4: "The call is not allowed in the object's current state (a decode step or \
+        a second prefill while a prefill is live).";
+    ENGRAM_BUFFER_TOO_SMALL = 5: "The caller's output buffer is smaller than the rows to write; \
+        nothing was consumed, the call can be repeated with a larger buffer.";
+    ENGRAM_IO = 6: "An operating-system I/O error (opening the model, reading a row).";
+    ENGRAM_FORMAT = 7: "A malformed model file, layout or tokenizer.";
+    ENGRAM_CORRUPT_ROW = 8: "A row whose bytes do not decode (f32 output only).";
+    ENGRAM_CANCELLED = 9: "The prefill, sequence or engine was ended while the call waited.";
+    ENGRAM_PANIC = 10: "A bug in the library: a panic was caught at the boundary or in a reader \
+        task. The object it happened on may refuse further calls with this status.";
+    ENGRAM_INTERNAL = 11: "An error of a kind this version does not classify.";
 }
 
 use engram_status::*;
@@ -150,20 +184,9 @@ pub extern "C" fn engram_last_error() -> *const c_char {
 /// an int so any value is safe to pass.
 #[no_mangle]
 pub extern "C" fn engram_status_name(status: i32) -> *const c_char {
-    let name: &'static std::ffi::CStr = match status {
-        0 => c"ENGRAM_OK",
-        1 => c"ENGRAM_INVALID_ARGUMENT",
-        2 => c"ENGRAM_NULL_POINTER",
-        3 => c"ENGRAM_INVALID_HANDLE",
-        4 => c"ENGRAM_STATE",
-        5 => c"ENGRAM_BUFFER_TOO_SMALL",
-        6 => c"ENGRAM_IO",
-        7 => c"ENGRAM_FORMAT",
-        8 => c"ENGRAM_CORRUPT_ROW",
-        9 => c"ENGRAM_CANCELLED",
-        10 => c"ENGRAM_PANIC",
-        11 => c"ENGRAM_INTERNAL",
-        _ => c"ENGRAM_UNKNOWN_STATUS",
+    let name = match engram_status::ALL.iter().find(|s| **s as i32 == status) {
+        Some(known) => known.name(),
+        None => c"ENGRAM_UNKNOWN_STATUS",
     };
     name.as_ptr()
 }
@@ -171,6 +194,15 @@ pub extern "C" fn engram_status_name(status: i32) -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_gives_each_status_its_value_name_and_meaning() {
+        for (i, status) in engram_status::ALL.iter().enumerate() {
+            assert_eq!(*status as usize, i, "{status:?}: values follow the table");
+            assert_eq!(status.name().to_str(), Ok(format!("{status:?}").as_str()));
+            assert!(status.meaning().ends_with('.'), "{status:?}");
+        }
+    }
 
     #[test]
     fn a_reader_task_panic_is_engram_panic() {

@@ -5,10 +5,9 @@
 
 use std::collections::HashSet;
 use std::ffi::{c_char, CString};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use crate::handles::{call_on, Handle};
-use crate::ptr::{check_out, write_out};
+use crate::handles::{call_filling, Handle};
 use crate::status::{call, engram_status, FfiError, FfiResult};
 
 fn live() -> MutexGuard<'static, HashSet<usize>> {
@@ -18,19 +17,13 @@ fn live() -> MutexGuard<'static, HashSet<usize>> {
         .unwrap_or_else(|p| p.into_inner())
 }
 
-/// Hands `text` to the caller through `out` (freed with
-/// [`engram_string_free`]).
-///
-/// # Safety
-/// `out`, if not NULL, points at writable memory for one pointer.
-pub(crate) unsafe fn give(text: String, out: *mut *mut c_char, what: &str) -> FfiResult {
-    check_out(out, what)?;
+/// `text` as a string the caller owns (freed with [`engram_string_free`]).
+fn hand_over(text: String) -> FfiResult<*mut c_char> {
     let text = CString::new(text)
         .map_err(|_| FfiError::new(engram_status::ENGRAM_INTERNAL, "text holds a NUL byte"))?;
     let raw = text.into_raw();
     live().insert(raw as usize);
-    // SAFETY: checked above; writable per the caller.
-    unsafe { write_out(out, what, raw) }
+    Ok(raw)
 }
 
 /// Runs an entry point that hands the caller, through `json`, a JSON
@@ -45,12 +38,9 @@ pub(crate) unsafe fn call_json<H: Handle>(
     json: *mut *mut c_char,
     document: impl FnOnce(&H::Obj) -> FfiResult<String>,
 ) -> engram_status {
-    call_on(name, handle, |obj| {
-        check_out(json, "json")?;
-        let text = document(&obj)?;
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { give(text, json, "json") }
-    })
+    let text = |obj: Arc<H::Obj>| hand_over(document(&obj)?);
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { call_filling(name, handle, json, "json", text) }
 }
 
 /// Frees a string returned by this library (`engram_stats_json`, ...).
@@ -75,7 +65,7 @@ pub unsafe extern "C" fn engram_string_free(text: *mut c_char) -> engram_status 
                 format!("{text:p} is not a live string of this library (freed twice?)"),
             ));
         }
-        // SAFETY: the address came from CString::into_raw in `give` and was
+        // SAFETY: the address came from CString::into_raw in `hand_over` and was
         // live until the removal above, which only one caller can win.
         drop(unsafe { CString::from_raw(text) });
         Ok(())

@@ -356,6 +356,13 @@ mod tests {
         }
     }
 
+    /// What the fakes should see, written one group a line (a layer's or a
+    /// chunk's pass, a decode step), the group's events joined by ", " (no
+    /// event of these tests holds one).
+    fn events<'a>(groups: &[&'a str]) -> Vec<&'a str> {
+        groups.iter().flat_map(|g| g.split(", ")).collect()
+    }
+
     fn run(d: &Drive, prompt: &[u32], continuation: &[u32]) -> (Vec<String>, Measured) {
         let log = Log::default();
         let mut schedule = FakeSchedule(log.clone());
@@ -369,22 +376,39 @@ mod tests {
     }
 
     #[test]
-    fn the_layer_sweep_finishes_a_layer_before_the_next() {
-        let (log, m) = run(&drive(Sweep::Layer, HintMode::None), &[7; 6], &[]);
-        let expected = [
-            "prefill 6",
-            "layer 0 0..4",
-            "layer 0 4..6",
-            "wait 0 4",
-            "layer 1 0..4",
-            "wait 0 6",
-            "layer 1 4..6",
-            "wait 1 4",
-            "layer 2 0..4",
-            "wait 1 6",
-            "layer 2 4..6",
+    fn each_sweep_takes_its_layer_or_chunk_through_before_the_next() {
+        // Six tokens in chunks of 4, three layers, Engram tables at layers 1
+        // and 2; a line per layer's pass over the chunks (layer sweep) or
+        // chunk's pass through the layers (chunk sweep), each Engram
+        // layer's pass after the wait for its rows.
+        let orders: [(Sweep, &[&str]); 2] = [
+            (
+                Sweep::Layer,
+                &[
+                    "prefill 6",
+                    "layer 0 0..4, layer 0 4..6",
+                    "wait 0 4, layer 1 0..4, wait 0 6, layer 1 4..6",
+                    "wait 1 4, layer 2 0..4, wait 1 6, layer 2 4..6",
+                ],
+            ),
+            (
+                Sweep::Chunk,
+                &[
+                    "prefill 6",
+                    "layer 0 0..4, wait 0 4, layer 1 0..4, wait 1 4, layer 2 0..4",
+                    "layer 0 4..6, wait 0 6, layer 1 4..6, wait 1 6, layer 2 4..6",
+                ],
+            ),
         ];
-        assert_eq!(log, expected);
+        for (sweep, groups) in orders {
+            let (log, _) = run(&drive(sweep, HintMode::None), &[7; 6], &[]);
+            assert_eq!(log, events(groups), "{sweep:?}");
+        }
+    }
+
+    #[test]
+    fn prefill_stall_is_kept_per_chunk_and_per_table_and_every_wait_for_the_floor() {
+        let (_, m) = run(&drive(Sweep::Layer, HintMode::None), &[7; 6], &[]);
         // Stall per chunk adds both tables' waits on that chunk.
         assert_eq!(
             m.chunk_stall,
@@ -402,42 +426,12 @@ mod tests {
     }
 
     #[test]
-    fn the_chunk_sweep_finishes_a_chunk_before_the_next() {
-        let (log, _) = run(&drive(Sweep::Chunk, HintMode::None), &[7; 6], &[]);
-        let expected = [
-            "prefill 6",
-            "layer 0 0..4",
-            "wait 0 4",
-            "layer 1 0..4",
-            "wait 1 4",
-            "layer 2 0..4",
-            "layer 0 4..6",
-            "wait 0 6",
-            "layer 1 4..6",
-            "wait 1 6",
-            "layer 2 4..6",
-        ];
-        assert_eq!(log, expected);
-    }
-
-    #[test]
     fn decode_waits_at_each_engram_layer_and_hints_only_known_futures() {
         let (log, m) = run(&drive(Sweep::Layer, HintMode::Draft(1.0)), &[], &[5, 6]);
-        let expected = [
-            "begin 5",
-            "hint [6]",
-            "step_layer 0",
-            "step_wait 0",
-            "step_layer 1",
-            "step_wait 1",
-            "step_layer 2",
-            "begin 6",
-            "step_layer 0",
-            "step_wait 0",
-            "step_layer 1",
-            "step_wait 1",
-            "step_layer 2",
-        ];
+        let expected = events(&[
+            "begin 5, hint [6], step_layer 0, step_wait 0, step_layer 1, step_wait 1, step_layer 2",
+            "begin 6, step_layer 0, step_wait 0, step_layer 1, step_wait 1, step_layer 2",
+        ]);
         assert_eq!(log, expected);
         let micros = Duration::from_micros;
         assert_eq!(m.step_stall, vec![vec![micros(10), micros(25)]; 2]);

@@ -40,17 +40,16 @@ impl Report {
     pub fn to_table(&self) -> String {
         let mut out = String::new();
         if let Some(d) = &self.device {
+            // A given rate (`--device-iops`) ran no measurement: 0 s.
+            let took = if d.seconds > 0.0 {
+                format!(", {:.1} s", d.seconds)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "device: {:.0} random 4 KiB reads/s at depth {} ({}{})",
-                d.iops,
-                d.depth,
-                d.source,
-                if d.seconds > 0.0 {
-                    format!(", {:.1} s", d.seconds)
-                } else {
-                    String::new()
-                }
+                "device: {:.0} random 4 KiB reads/s at depth {} ({}{took})",
+                d.iops, d.depth, d.source,
             );
         }
         if let Some(h) = &self.hot {

@@ -40,17 +40,9 @@ pub struct Args {
     /// storage in the engine schedules; loaded once for the whole bench.
     #[arg(long, value_name = "HOT")]
     pub hot: Option<PathBuf>,
-    /// Device random 4 KiB reads per second for the floor, instead of
-    /// measuring them.
-    #[arg(long, value_name = "IOPS")]
-    pub device_iops: Option<f64>,
-    /// Seconds the device measurement runs (cached per model file and
-    /// machine in $XDG_CACHE_HOME/engram/device.json).
-    #[arg(long, default_value_t = 3.0)]
-    pub device_seconds: f64,
-    /// No device measurement and no floor.
-    #[arg(long, conflicts_with = "device_iops")]
-    pub no_floor: bool,
+    /// How the floor learns the device's read rate.
+    #[command(flatten)]
+    pub device: DeviceArgs,
     /// Prompt tokens to prefill (the first N of the file).
     #[arg(long, default_value_t = 8192)]
     pub prefill: usize,
@@ -99,6 +91,36 @@ pub struct Args {
     pub seed: u64,
 }
 
+/// The flags that choose how the bench learns the device's random read
+/// rate, the floor's divisor.
+#[derive(Debug, clap::Args)]
+pub struct DeviceArgs {
+    /// Device random 4 KiB reads per second for the floor, instead of
+    /// measuring them.
+    #[arg(long, value_name = "IOPS")]
+    pub device_iops: Option<f64>,
+    /// Seconds the device measurement runs (cached per model file and
+    /// machine in $XDG_CACHE_HOME/engram/device.json).
+    #[arg(long, default_value_t = 3.0)]
+    pub device_seconds: f64,
+    /// No device measurement and no floor.
+    #[arg(long, conflicts_with = "device_iops")]
+    pub no_floor: bool,
+}
+
+impl DeviceArgs {
+    fn mode(&self) -> DeviceMode {
+        match (self.no_floor, self.device_iops) {
+            (true, _) => DeviceMode::Off,
+            (false, Some(iops)) => DeviceMode::Iops(iops),
+            (false, None) => DeviceMode::Measure {
+                seconds: self.device_seconds,
+                cache: default_cache(),
+            },
+        }
+    }
+}
+
 impl Args {
     fn config(&self) -> Result<BenchConfig> {
         let backend: Backend = self.backend.parse()?;
@@ -118,20 +140,9 @@ impl Args {
             seed: self.seed,
             hot: self.hot.clone(),
             repeat: self.repeat,
-            device: self.device_mode(),
+            device: self.device.mode(),
             cores: self.cores,
         })
-    }
-
-    fn device_mode(&self) -> DeviceMode {
-        match (self.no_floor, self.device_iops) {
-            (true, _) => DeviceMode::Off,
-            (false, Some(iops)) => DeviceMode::Iops(iops),
-            (false, None) => DeviceMode::Measure {
-                seconds: self.device_seconds,
-                cache: default_cache(),
-            },
-        }
     }
 
     fn prompts(&self) -> Result<Vec<Prompt>> {

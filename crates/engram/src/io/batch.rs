@@ -95,8 +95,6 @@ impl Pending {
 pub trait ReadEngine: Send + Sync {
     /// Backend name.
     fn name(&self) -> &'static str;
-    /// Reads in flight at once.
-    fn depth(&self) -> usize;
     /// Starts `ops` into `buf` at `priority`.
     fn submit(&self, ops: Vec<ReadOp>, buf: BounceBuf, priority: Priority) -> Pending;
 }

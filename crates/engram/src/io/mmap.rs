@@ -46,10 +46,6 @@ impl ReadEngine for MmapEngine {
         "mmap"
     }
 
-    fn depth(&self) -> usize {
-        1
-    }
-
     fn submit(&self, ops: Vec<ReadOp>, mut buf: BounceBuf, _priority: Priority) -> Pending {
         let mut latencies_ns = Vec::with_capacity(ops.len());
         let failure = self

@@ -234,10 +234,6 @@ impl ReadEngine for PsyncEngine {
         "psync"
     }
 
-    fn depth(&self) -> usize {
-        self.depth
-    }
-
     fn submit(&self, ops: Vec<ReadOp>, buf: BounceBuf, priority: Priority) -> Pending {
         let mut buf = match check_submission(&ops, buf) {
             Ok(buf) => buf,

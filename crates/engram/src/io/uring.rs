@@ -87,7 +87,6 @@ impl Active {
 pub struct UringEngine {
     tx: Option<Sender<Submission>>,
     thread: Option<JoinHandle<()>>,
-    depth: usize,
     // Keeps the descriptors the ring reads open for the thread's lifetime.
     _files: Arc<TableFiles>,
 }
@@ -128,7 +127,6 @@ impl UringEngine {
         Ok(UringEngine {
             tx: Some(tx),
             thread: Some(thread),
-            depth,
             _files: files,
         })
     }
@@ -174,10 +172,6 @@ fn probe(ring: &mut IoUring) -> io::Result<()> {
 impl ReadEngine for UringEngine {
     fn name(&self) -> &'static str {
         "uring"
-    }
-
-    fn depth(&self) -> usize {
-        self.depth
     }
 
     fn submit(&self, ops: Vec<ReadOp>, buf: BounceBuf, priority: Priority) -> Pending {

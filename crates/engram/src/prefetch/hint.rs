@@ -25,38 +25,37 @@ pub(crate) struct HintTask {
     pub pool: Arc<PoolShared>,
 }
 
+impl HintTask {
+    /// The task under the guard that leaves its hint count once the task
+    /// (its shares of the source, stats and pool) is dropped, a panic
+    /// included: how it ends whether it runs or is abandoned.
+    fn guarded(self: Box<Self>) -> Leaving<Box<HintTask>> {
+        let flight = self.flight.clone();
+        Leaving::new(self, vec![flight])
+    }
+}
+
 impl Task for HintTask {
     fn run(self: Box<Self>) {
-        let HintTask {
-            flight,
-            table,
-            rows,
-            source,
-            stats,
-            pool,
-            ..
-        } = *self;
-        let held = Leaving::new((source, stats, pool), vec![flight]);
-        let (source, stats, pool) = &*held;
+        let task = self.guarded();
         // Nobody waits on a hint: a panic only ends this one (the guard
         // leaves the count as it unwinds).
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            pool.faults.hit(PanicSite::Hint, table);
-            let mut out = vec![0u8; rows.len() * source.row_bytes(table)];
+            task.pool.faults.hit(PanicSite::Hint, task.table);
+            let mut out = vec![0u8; task.rows.len() * task.source.row_bytes(task.table)];
             let _ = ReadCtx {
-                source,
-                stats,
+                source: &task.source,
+                stats: &task.stats,
                 phase: Phase::Hint,
                 priority: Priority::Hint,
                 batch: true,
             }
-            .read(table, &rows, &mut out);
+            .read(task.table, &task.rows, &mut out);
         }));
     }
 
     fn abandon(self: Box<Self>) {
-        let flight = self.flight.clone();
-        drop(Leaving::new(self, vec![flight]));
+        drop(self.guarded());
     }
 
     fn owner(&self) -> u64 {

@@ -38,21 +38,11 @@ impl ReadCtx<'_> {
 
     /// Reads `rows` of `table` and decodes them (stored as `encoding`) into
     /// `out` (`rows.len() * ROW_DIM` values). A corrupt row is an
-    /// [`Error::CorruptRow`] naming it.
-    pub(crate) fn read_f32(
-        &self,
-        table: usize,
-        rows: &[u32],
-        encoding: Encoding,
-        out: &mut [f32],
-    ) -> Result<()> {
-        self.read_f32_via(table, rows, encoding, out, &mut Vec::new())
-    }
-
-    /// [`ReadCtx::read_f32`] through the caller's buffer for the stored
-    /// bytes, grown as needed and kept: a prefill reads thousands of rows a
-    /// batch, and a fresh zeroed buffer each time cost it more instructions
-    /// than the reads (callgrind, an f32 prefill of 4,096 tokens).
+    /// [`Error::CorruptRow`] naming it. The stored bytes pass through the
+    /// caller's `raw`, grown as needed and kept: a prefill reads thousands
+    /// of rows a batch, and a fresh zeroed buffer each time cost it more
+    /// instructions than the reads (callgrind, an f32 prefill of 4,096
+    /// tokens).
     pub(crate) fn read_f32_via(
         &self,
         table: usize,

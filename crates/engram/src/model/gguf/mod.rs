@@ -33,18 +33,19 @@ pub const GGML_TYPE_I8: u32 = 24;
 /// Largest tensor rank accepted (ggml itself uses at most 4).
 pub const MAX_DIMS: u32 = 8;
 
-/// The GGUF value types, written once: each type's name, tag, Rust type
-/// and description. From this list come [`ValueType`] (with
-/// [`ValueType::from_u32`]), [`Value`] (one value, with
+/// The GGUF value types, written once: each type's name, tag, Rust type,
+/// encoded size and, where the type alone does not say it, its encoding.
+/// From this list come [`ValueType`] (with [`ValueType::from_u32`] and
+/// [`ValueType::fixed_size`]), [`Value`] (one value, with
 /// [`Value::value_type`]) and [`Array`] (homogeneous elements, with
 /// [`Array::len`] and [`Array::element_type`]).
 macro_rules! value_types {
-    ($($(#[$doc:meta])* $name:ident = $tag:literal: $ty:ty;)*) => {
+    ($($(#[doc = $doc:literal])* $name:ident = $tag:literal: $ty:ty, $size:expr;)*) => {
         /// A GGUF metadata value type tag.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         #[repr(u32)]
         pub enum ValueType {
-            $($(#[$doc])* $name = $tag,)*
+            $(#[doc = concat!("`", stringify!($ty), "`")] $(#[doc = $doc])* $name = $tag,)*
         }
 
         impl ValueType {
@@ -55,12 +56,20 @@ macro_rules! value_types {
                     _ => None,
                 }
             }
+
+            /// Encoded size of one value of a fixed-size type (`None` for
+            /// strings and arrays).
+            pub fn fixed_size(self) -> Option<u64> {
+                match self {
+                    $(ValueType::$name => $size,)*
+                }
+            }
         }
 
         /// One metadata value.
         #[derive(Debug, Clone, PartialEq)]
         pub enum Value {
-            $($(#[$doc])* $name($ty),)*
+            $(#[doc = concat!("`", stringify!($ty), "`")] $(#[doc = $doc])* $name($ty),)*
         }
 
         impl Value {
@@ -97,47 +106,26 @@ macro_rules! value_types {
 }
 
 value_types! {
-    /// u8
-    U8 = 0: u8;
-    /// i8
-    I8 = 1: i8;
-    /// u16
-    U16 = 2: u16;
-    /// i16
-    I16 = 3: i16;
-    /// u32
-    U32 = 4: u32;
-    /// i32
-    I32 = 5: i32;
-    /// f32
-    F32 = 6: f32;
-    /// bool (one byte, 0 or 1)
-    Bool = 7: bool;
-    /// string (u64 length + UTF-8 bytes)
-    String = 8: String;
-    /// array (element type, u64 count, elements)
-    Array = 9: Array;
-    /// u64
-    U64 = 10: u64;
-    /// i64
-    I64 = 11: i64;
-    /// f64
-    F64 = 12: f64;
+    // name = tag: Rust type, bytes of one value (little-endian)
+    U8 = 0: u8, Some(1);
+    I8 = 1: i8, Some(1);
+    U16 = 2: u16, Some(2);
+    I16 = 3: i16, Some(2);
+    U32 = 4: u32, Some(4);
+    I32 = 5: i32, Some(4);
+    F32 = 6: f32, Some(4);
+    /// (one byte, 0 or 1)
+    Bool = 7: bool, Some(1);
+    /// (u64 length + UTF-8 bytes)
+    String = 8: String, None;
+    /// (element type, u64 count, elements)
+    Array = 9: Array, None;
+    U64 = 10: u64, Some(8);
+    I64 = 11: i64, Some(8);
+    F64 = 12: f64, Some(8);
 }
 
 impl ValueType {
-    /// Encoded size of one value of a fixed-size type (`None` for strings and arrays).
-    pub fn fixed_size(self) -> Option<u64> {
-        use ValueType::*;
-        match self {
-            U8 | I8 | Bool => Some(1),
-            U16 | I16 => Some(2),
-            U32 | I32 | F32 => Some(4),
-            U64 | I64 | F64 => Some(8),
-            String | Array => None,
-        }
-    }
-
     /// Smallest encoded size of one value (strings: the length; arrays: type + count).
     pub fn min_size(self) -> u64 {
         match self {

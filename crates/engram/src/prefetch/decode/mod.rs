@@ -157,10 +157,14 @@ impl StepJob {
             batch: self.mode.batch,
         };
         match self.decode[table] {
-            // SAFETY: per the caller's guarantee.
-            Some(enc) => ctx.read_f32(table, &rows, enc, unsafe {
-                t.buf.slice_mut_f32(0, t.buf.len() / 4)
-            }),
+            Some(enc) => ctx.read_f32_via(
+                table,
+                &rows,
+                enc,
+                // SAFETY: per the caller's guarantee.
+                unsafe { t.buf.slice_mut_f32(0, t.buf.len() / 4) },
+                &mut Vec::new(),
+            ),
             // SAFETY: per the caller's guarantee.
             None => ctx.read(table, &rows, unsafe { t.buf.slice_mut(0, t.buf.len()) }),
         }
