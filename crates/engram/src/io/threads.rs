@@ -18,11 +18,17 @@
 pub enum ReaderSched {
     /// Linux `SCHED_BATCH`: waking a reader never preempts the running
     /// thread (the forward pass that woke it keeps its core); the reader
-    /// runs when a core frees up.
-    #[default]
+    /// runs when a core frees up. With other processes keeping the cores
+    /// busy, that is after their time slice, at every read's completion:
+    /// measured, a cold 8K prefill stalled 0.2-5.1 s against 0.0-0.2 s for
+    /// [`ReaderSched::Normal`] (docs/bench.md, "The readers' class under
+    /// other processes' load").
     Batch,
-    /// The OS default (`SCHED_OTHER`, nice 0 on Linux): a woken reader may
-    /// preempt a thread that has run longer than it.
+    /// The OS default (`SCHED_OTHER`, nice 0 on Linux) and the default
+    /// here: a woken reader may preempt a thread that has run longer than
+    /// it, so a reader that slept on its I/O gets a core soon after the I/O
+    /// completes, whoever else is busy.
+    #[default]
     Normal,
     /// `SCHED_OTHER` at nice -10 on Linux (needs `CAP_SYS_NICE` or an
     /// `RLIMIT_NICE` that allows it); `QOS_CLASS_USER_INTERACTIVE` on macOS.

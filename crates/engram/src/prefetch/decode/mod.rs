@@ -40,7 +40,7 @@ struct StepTable {
     /// The current step's rows: count 1 once read. Restarted by every
     /// step (an epoch per step), so a step's error fails that step alone.
     ready: Ready,
-    rows: Mutex<Vec<u32>>,
+    rows: Mutex<StepRows>,
     buf: RingBuf,
     flight: Arc<InFlight>,
     /// Someone (the step's reader task or the consumer) has taken this
@@ -53,6 +53,15 @@ impl StepTable {
     fn claim(&self) -> bool {
         !self.claimed.swap(true, Ordering::AcqRel)
     }
+}
+
+/// A step's row ids of one table, and the stored bytes an f32 table's rows
+/// pass through on their way to the buffer: kept from step to step, so a
+/// step allocates nothing.
+#[derive(Default)]
+struct StepRows {
+    ids: Vec<u32>,
+    raw: Vec<u8>,
 }
 
 /// Hints that wait for the current step's first table.
@@ -124,7 +133,11 @@ impl StepJob {
                 .zip(&row_bytes)
                 .map(|(&c, &rb)| StepTable {
                     ready: Ready::new(),
-                    rows: Mutex::new(Vec::with_capacity(c)),
+                    // `raw` grows once, at the first f32 read.
+                    rows: Mutex::new(StepRows {
+                        ids: Vec::with_capacity(c),
+                        raw: Vec::new(),
+                    }),
                     buf: RingBuf::new(c * rb),
                     flight: Arc::new(InFlight::new()),
                     claimed: AtomicBool::new(false),
@@ -148,7 +161,8 @@ impl StepJob {
         let t = &self.tables[table];
         // Held for the read instead of copied: the only other user is
         // `start`, which runs once no reader is left.
-        let rows = lock(&t.rows);
+        let mut rows = lock(&t.rows);
+        let StepRows { ids, raw } = &mut *rows;
         let ctx = ReadCtx {
             source: &self.source,
             stats: &self.stats,
@@ -159,14 +173,14 @@ impl StepJob {
         match self.decode[table] {
             Some(enc) => ctx.read_f32_via(
                 table,
-                &rows,
+                ids,
                 enc,
                 // SAFETY: per the caller's guarantee.
                 unsafe { t.buf.slice_mut_f32(0, t.buf.len() / 4) },
-                &mut Vec::new(),
+                raw,
             ),
             // SAFETY: per the caller's guarantee.
-            None => ctx.read(table, &rows, unsafe { t.buf.slice_mut(0, t.buf.len()) }),
+            None => ctx.read(table, ids, unsafe { t.buf.slice_mut(0, t.buf.len()) }),
         }
     }
 
@@ -202,8 +216,9 @@ impl StepJob {
             t.ready.restart();
             t.claimed.store(false, Ordering::Release);
             let mut rows = lock(&t.rows);
-            rows.clear();
-            rows.extend_from_slice(&ids[table * cols..(table + 1) * cols]);
+            rows.ids.clear();
+            rows.ids
+                .extend_from_slice(&ids[table * cols..(table + 1) * cols]);
         }
         if prefetch {
             self.start_reads(pool);
