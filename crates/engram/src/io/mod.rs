@@ -340,7 +340,7 @@ fn open_uring(
     files: Arc<files::TableFiles>,
     config: &IoConfig,
 ) -> Result<BatchSource<uring::UringEngine>> {
-    let engine = uring::UringEngine::new(files.clone(), config.depth)?;
+    let engine = uring::UringEngine::new(files.clone(), config.depth, config.readers)?;
     Ok(BatchSource::new(files, engine, config))
 }
 

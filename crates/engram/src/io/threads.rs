@@ -9,7 +9,8 @@
 //! scheduling") for the measurements behind the default.
 
 /// The scheduling class given to every reader thread (the prefetch pool's
-/// prefill and decode threads and the pread pool's workers) as it starts.
+/// prefill and decode threads, the pread pool's workers and the io_uring
+/// engine's thread) as it starts.
 ///
 /// Every class is best effort: a class the process may not take (no
 /// `CAP_SYS_NICE`, an `RLIMIT_RTPRIO` of 0) falls back to the next weaker

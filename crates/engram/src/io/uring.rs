@@ -23,6 +23,7 @@ use super::batch::{
 };
 use super::files::TableFiles;
 use super::plan::ReadOp;
+use super::threads::ReaderSched;
 use super::{Priority, PAGE};
 use crate::{Error, Result};
 
@@ -94,8 +95,10 @@ pub struct UringEngine {
 impl UringEngine {
     /// Sets up a ring of `depth` entries over `files` on its thread and
     /// checks it works (a `NOP` round trip): seccomp filters or
-    /// `io_uring_disabled` can allow setup yet refuse submission.
-    pub fn new(files: Arc<TableFiles>, depth: usize) -> Result<UringEngine> {
+    /// `io_uring_disabled` can allow setup yet refuse submission. The
+    /// thread, which submits and reaps every read, takes the scheduling
+    /// class `readers` as the other reader threads do.
+    pub fn new(files: Arc<TableFiles>, depth: usize, readers: ReaderSched) -> Result<UringEngine> {
         let depth = depth.clamp(1, 4096);
         let fds = files.raw_fds();
         let direct = files.direct;
@@ -106,6 +109,7 @@ impl UringEngine {
         let thread = std::thread::Builder::new()
             .name("engram-uring".into())
             .spawn(move || {
+                readers.apply_to_current_thread();
                 let ring = match setup_ring(depth as u32) {
                     Ok(ring) => ring,
                     Err(e) => {
