@@ -169,7 +169,7 @@ impl RowCache {
 
 /// A tier in front of a row source: what it holds, what it keeps of the
 /// rows read past it, and how it counts its hits. [`Tiered`] does the rest
-/// (the forwarding and the read path, [`read_through`]), so each tier says
+/// (the forwarding and the read path, `read_through`), so each tier says
 /// only what is its own.
 pub trait Tier: Send + Sync {
     /// Bytes of a held row.

@@ -6,7 +6,7 @@
 //! work was cancelled. The reader writes rows, then raises the count with
 //! `Release`; a waiter loads the word with `Acquire`, so every row below the
 //! count it sees is visible to it. A waiter whose condition does not hold
-//! blocks on the word itself (futex / ulock through [`super::sync::Futex`])
+//! blocks on the word itself (futex / ulock through `sync::Futex`)
 //! and is woken by the next publish, failure or cancellation: every wait
 //! ends with rows, with the reader's error, or with [`Error::Cancelled`].
 
