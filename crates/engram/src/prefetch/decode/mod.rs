@@ -58,7 +58,6 @@ impl StepTable {
 /// A step's row ids of one table, and the stored bytes an f32 table's rows
 /// pass through on their way to the buffer: kept from step to step, so a
 /// step allocates nothing.
-#[derive(Default)]
 struct StepRows {
     ids: Vec<u32>,
     raw: Vec<u8>,

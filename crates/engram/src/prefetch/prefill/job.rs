@@ -153,6 +153,12 @@ impl TableJob {
         self.cols * self.row_bytes
     }
 
+    /// Bytes of a row as stored (what the source reads and the reuse store
+    /// keeps), whatever the delivered format.
+    fn stored_bytes(&self) -> usize {
+        self.source.row_bytes(self.table)
+    }
+
     /// Row ids of `table` for tokens `start..end`, token-major.
     pub(super) fn row_ids(&self, start: u32, end: u32) -> Vec<u32> {
         self.prompt.table_rows(self.table, start, end)
@@ -229,8 +235,7 @@ impl TableJob {
                 .unzip()
         };
         let ctx = self.read_ctx(Phase::Prefill);
-        // Stored bytes, whatever the delivered format: the store keeps them.
-        let stored_bytes = self.source.row_bytes(self.table);
+        let stored_bytes = self.stored_bytes();
         // Taken out of its lock for the read: the store's lock is taken
         // below, and the batch path takes the two the other way round.
         let mut scratch = std::mem::take(&mut *lock(&self.raw_scratch));
@@ -270,7 +275,7 @@ impl TableJob {
             return Ok(());
         }
         let mut scratch = lock(&self.raw_scratch);
-        let len = rows.len() * self.source.row_bytes(self.table);
+        let len = rows.len() * self.stored_bytes();
         // Straight to the source, not through `ReadCtx`: the prefill's row
         // counts stay those of the rows it delivers (the ring's later reads
         // of these rows are counted there, as page-cache reads); the device
@@ -334,7 +339,7 @@ impl TableJob {
             // store, and the store takes the rows from there.
             out.read_all(ctx, self.table, rows, scratch)?
         } else {
-            let stored_bytes = self.source.row_bytes(self.table);
+            let stored_bytes = self.stored_bytes();
             let read = grown(scratch, missing.len() * stored_bytes);
             ctx.read(self.table, &missing, read)?;
             for ((bytes, row), &i) in read
@@ -381,7 +386,7 @@ impl TableJob {
         for (row, next) in held {
             reuse.store.update(row, next, &[]);
         }
-        let stored_bytes = self.source.row_bytes(self.table);
+        let stored_bytes = self.stored_bytes();
         for (&i, bytes) in missing_at.iter().zip(stored.chunks_exact(stored_bytes)) {
             if let Some(next) = next_past(i) {
                 reuse.store.update(rows[i], next, bytes);
