@@ -19,14 +19,26 @@ class Timeline:
     GPU time splits into its parts (e.g. the layers before an Engram block
     against the Engram block with its wait for the rows). No-op on CPU."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, reserve: int = 0):
         self.stream = stream
         self.marks = []
+        # Events made up front and reused: a mark sits on the host's path
+        # between a row wait and the next launch, where making an event
+        # would count against the schedule being measured.
+        self.free = []
+        if stream is not None:
+            import torch
+            self.free = [torch.cuda.Event(enable_timing=True) for _ in range(reserve)]
+            for event in self.free:  # torch makes the CUDA event at its first record
+                event.record(stream)
 
     def mark(self, label: str):
         if self.stream is not None:
-            import torch
-            event = torch.cuda.Event(enable_timing=True)
+            if self.free:
+                event = self.free.pop()
+            else:
+                import torch
+                event = torch.cuda.Event(enable_timing=True)
             event.record(self.stream)
             self.marks.append((label, event))
 
@@ -38,6 +50,7 @@ class Timeline:
         out = {}
         for (_, a), (label, b) in zip(self.marks, self.marks[1:]):
             out[label] = out.get(label, 0.0) + a.elapsed_time(b)
+        self.free += [event for _, event in self.marks]
         self.marks.clear()
         return out
 

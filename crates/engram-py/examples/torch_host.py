@@ -54,7 +54,8 @@ import engram
 
 from host_measure import (GcClock, HostClock, Timeline, engine_threads_cpu_s,  # noqa: E402
                           evict, open_options, stall_summary, summarize, wait_profile)
-from torch_model import PROFILES, ROW_DIM, Decoder, calibrate_ffn, rmsnorm  # noqa: E402
+from torch_model import (PROFILES, RAW_ENCODING, RAW_ROW_BYTES, ROW_DIM, Decoder,  # noqa: E402
+                         calibrate_ffn, rmsnorm)
 
 SCHEDULES = ("resident", "sync", "overlap", "full")
 # Diagnostic schedules, run only when named.
@@ -72,6 +73,7 @@ class Rows:
     rows_per_token: int
     device: torch.device
     compute: "torch.cuda.Stream | None"
+    raw: bool  # the engine's raw rows (decoded on the device) or its f32 rows
     slots: dict = field(default_factory=dict)
 
     def buffers(self, table: int, tokens: int, own_device: bool = True):
@@ -79,11 +81,12 @@ class Rows:
         the device buffers they are copied into (a decode graph has its own)."""
         key = (table, tokens, own_device)
         if key not in self.slots:
-            shape = (tokens, self.rows_per_token, ROW_DIM)
+            shape = (tokens, self.rows_per_token, RAW_ROW_BYTES if self.raw else ROW_DIM)
+            dtype = torch.uint8 if self.raw else torch.float32
             pin = self.device.type == "cuda"
             dev = allocated = None
             if own_device:
-                dev = [torch.empty(shape, dtype=torch.float32, device=self.device)
+                dev = [torch.empty(shape, dtype=dtype, device=self.device)
                        for _ in range(2)]
                 # The allocator hands out memory freed by compute-stream work
                 # that may still be queued (the host runs ahead of the GPU);
@@ -93,11 +96,20 @@ class Rows:
                 if pin:
                     allocated = torch.cuda.Event()
                     allocated.record(self.compute)
+            host = [torch.empty(shape, dtype=dtype, pin_memory=pin) for _ in range(2)]
+            copied = None
+            if pin:
+                copied = [torch.cuda.Event(), torch.cuda.Event()]
+                for event in copied:  # torch makes the CUDA event at its first record
+                    event.record(self.compute)
             self.slots[key] = {
                 "next": 0,
-                "host": [torch.empty(shape, dtype=torch.float32, pin_memory=pin) for _ in range(2)],
+                "host": host,
+                "host_np": [t.numpy() for t in host],
                 "dev": dev,
-                "copied": [None, None],
+                # Made once and re-recorded: the events sit on the host's
+                # path from a row wait to the next launch.
+                "copied": copied,
                 "consumed": [allocated, allocated],
             }
         return self.slots[key]
@@ -118,15 +130,16 @@ class Host:
         self.compute = torch.cuda.current_stream() if cuda else None
         self.copy = torch.cuda.Stream() if cuda else None
         self.gpu_wait = []  # (start, end) CUDA events around the compute stream's waits
-        self.timeline = Timeline(self.compute)
+        # Enough events for every decode mark (7 a step for two tables).
+        self.timeline = Timeline(self.compute, reserve=(2 * len(info.layer_ids) + 4) * (args.decode + 1))
         # The host's prefill waits: (table, upto, start s from the prefill's
         # start, blocked s), to tell a first-chunk stall from a steady one.
         self.waits = []
         self.phase_start = 0.0
         self.model = Decoder(args.sizes, args.layers, self.engram_layers,
                              info.rows_per_token, self.device, args.prefill + args.decode + 1,
-                             graphs=cuda and args.graphs)
-        self.rows = Rows(self.rows_per_token, self.device, self.compute)
+                             graphs=cuda and args.graphs, raw_rows=args.rows == "raw")
+        self.rows = Rows(self.rows_per_token, self.device, self.compute, args.rows == "raw")
 
     # --- row delivery -------------------------------------------------
     def deliver(self, table: int, lo: int, hi: int, wait_into) -> torch.Tensor:
@@ -136,7 +149,8 @@ class Host:
             index, rows = self.resident[table]
             return rows[index[lo:hi]]
         b = self.rows.buffers(table, hi - lo)
-        slot = self.transfer(b, lambda s: b["dev"][s], wait_into, lambda s: b["consumed"][s])
+        slot = self.transfer(b, lambda s: b["dev"][s], wait_into, lambda s: b["consumed"][s],
+                             timed=True)
         b["pending"] = (slot, torch.cuda.Event() if self.compute is not None else None)
         return b["dev"][slot]
 
@@ -152,28 +166,38 @@ class Host:
         # replay on the compute stream).
         self.transfer(b, lambda s: seg.rows, wait_into, lambda s: b.get("graph_done"))
 
-    def transfer(self, b: dict, dst, wait_into, after) -> int:
+    def transfer(self, b: dict, dst, wait_into, after, timed: bool = False) -> int:
         """Waits the rows into the next pinned host slot of `b`, then copies
         them into the device tensor `dst(slot)` on the side stream once the
         event `after(slot)` has passed, and orders the compute stream after
-        the copy. Returns the slot."""
+        the copy (with `timed`, between two timing events). Returns the slot.
+
+        In decode this runs between the rows' arrival and the launch that
+        needs them, and the GPU idles for as long as it takes: on the H200
+        host, table 0's part of a `flash` step took the host 440 us, of
+        which 256 us were the engine's wait, and `pinned`'s (no engine)
+        190 us (docs/gpu.md, call N). So nothing here makes an event or a
+        view; each slot's events are made once and re-recorded."""
         slot = b["next"]
         b["next"] ^= 1
-        if b["copied"][slot] is not None:
-            b["copied"][slot].synchronize()  # the host buffer's last copy is done
-        wait_into(b["host"][slot].numpy())
+        copied = b["copied"][slot] if b["copied"] is not None else None
+        if copied is not None:
+            copied.synchronize()  # the host buffer's last copy is done
+        wait_into(b["host_np"][slot])
         if self.copy is None or not self.args.side_stream:
             # No side stream: a synchronous copy on the compute stream (the
             # host waits for the GPU to reach it).
             dst(slot).copy_(b["host"][slot])
             return slot
         with torch.cuda.stream(self.copy):
-            if after(slot) is not None:
-                self.copy.wait_event(after(slot))
+            ready = after(slot)
+            if ready is not None:
+                self.copy.wait_event(ready)
             dst(slot).copy_(b["host"][slot], non_blocking=True)
-            copied = torch.cuda.Event()
             copied.record(self.copy)
-        b["copied"][slot] = copied
+        if not timed:
+            self.compute.wait_event(copied)
+            return slot
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(self.compute)
         self.compute.wait_event(copied)
@@ -183,9 +207,10 @@ class Host:
 
     def step_done(self, seg):
         if seg.table is not None and self.compute is not None and self.schedule != "resident":
-            done = torch.cuda.Event()
-            done.record(self.compute)
-            self.rows.buffers(seg.table, 1, own_device=False)["graph_done"] = done
+            b = self.rows.buffers(seg.table, 1, own_device=False)
+            if "graph_done" not in b:  # made at the first step, re-recorded after
+                b["graph_done"] = torch.cuda.Event()
+            b["graph_done"].record(self.compute)
 
     def consumed(self, table: int, tokens: int):
         b = self.rows.slots.get((table, tokens, True))
@@ -261,7 +286,10 @@ class Host:
         n, k = self.args.prefill, self.args.decode
         drafts = random.Random(self.args.seed)
         vocab = self.args.vocab
-        digest = hashlib.blake2b(digest_size=16)
+        # Each step's final hidden state, kept on the device and hashed at
+        # the end: hashing it on the host each step would put a copy and a
+        # sync between the sampled token and the next `step_begin`.
+        finals = torch.empty(k, self.model.dim, dtype=self.model.dtype, device=self.device)
         step_s = []
         self.sync()
         started = time.perf_counter()
@@ -307,10 +335,11 @@ class Host:
                 _sampled = int(logits.argmax())  # the sampling sync of a real runtime
                 clock.lap("sample")
                 self.timeline.mark("head")
-                digest.update(h.float().cpu().numpy().tobytes())
+                finals[s].copy_(h[0])
                 clock.lap("digest")
                 step_s.append(time.perf_counter() - t0)
         wall = time.perf_counter() - started
+        digest = hashlib.blake2b(finals.float().cpu().numpy().tobytes(), digest_size=16)
         gpu_ms = self.timeline.totals_ms()
         host_us = {key: 1e6 * v / max(k, 1) for key, v in clock.parts.items()}
         host_us["gc"] = 1e6 * collector.seconds / max(k, 1)
@@ -318,6 +347,11 @@ class Host:
                 "step_ms_p50": 1e3 * statistics.median(step_s) if step_s else 0.0,
                 "host_us_per_step": host_us, "gc_collections": collector.collections,
                 "gpu_us_per_step": {key: 1e3 * v / max(k, 1) for key, v in gpu_ms.items()},
+                # The compute stream's time from a segment's end to its next
+                # table's rows (the wait on the copy's event; under
+                # `resident`, the gather), all steps.
+                "gpu_wait_ms": (sum(v for key, v in gpu_ms.items() if key.startswith("rows"))
+                                if self.compute is not None else None),
                 "checksum": digest.hexdigest()}
 
     def gpu_wait_ms(self) -> float:
@@ -354,7 +388,7 @@ def resident_rows(args, engine, ids: np.ndarray, device) -> InMemoryRows:
     for table in range(ids.shape[1]):
         flat = ids[:, table, :].reshape(-1)
         uniq, inverse = np.unique(flat, return_inverse=True)
-        rows = np.ascontiguousarray(engine.rows(table, uniq, format="f32"))
+        rows = np.ascontiguousarray(engine.rows(table, uniq, format=args.rows))
         index = inverse.reshape(ids.shape[0], ids.shape[2]).astype(np.int64)
         host.append((index, rows))
         gpu.append((torch.from_numpy(index).to(device), torch.from_numpy(rows).to(device)))
@@ -372,7 +406,7 @@ def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:
         # The runtime knows its sweep, and says so (--open may override it).
         options = {"prefill_order": "chunk" if args.sweep == "chunk" else "auto",
                    **args.open_options}
-        engine = engram.open(args.model, format="f32", direct=args.direct,
+        engine = engram.open(args.model, format=args.rows, direct=args.direct,
                              prefetch=schedule != "sync",
                              cache_bytes=args.cache_mib << 20 if schedule == "full" else 0,
                              **options)
@@ -382,7 +416,6 @@ def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:
     prefill["gpu_wait_ms"] = host.gpu_wait_ms() if host.copy is not None else None
     cpu1 = engine_threads_cpu_s()
     decode = host.decode(seq)
-    decode["gpu_wait_ms"] = host.gpu_wait_ms() if host.copy is not None else None
     cpu2 = engine_threads_cpu_s()
     result = {"schedule": schedule, "prefill": prefill, "decode": decode}
     if seq is not None:
@@ -437,6 +470,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ubatch", type=int, default=512)
     p.add_argument("--sweep", choices=("layer", "chunk"), default="layer")
     p.add_argument("--schedule", default=",".join(SCHEDULES))
+    p.add_argument("--rows", choices=("auto", "raw", "f32"), default="auto",
+                   help="raw: the engine's stored rows, decoded on the device (what a GPU "
+                        "runtime would take: 264 bytes a row, no decoding on the readers); "
+                        "f32: the engine's decoded rows; auto: raw where every table is "
+                        f"{RAW_ENCODING}, else f32")
     p.add_argument("--draft", type=float, default=0.79)
     p.add_argument("--cache-mib", type=int, default=256)
     p.add_argument("--direct", action="store_true")
@@ -478,6 +516,11 @@ def main(argv=None) -> int:
     tokens = tokens[:need]
     probe = engram.open(args.model, format="f32")
     info = probe.info
+    if args.rows == "auto":
+        args.rows = "raw" if set(info.encodings) == {RAW_ENCODING} else "f32"
+    elif args.rows == "raw" and set(info.encodings) != {RAW_ENCODING}:
+        p.error(f"--rows raw: this host decodes {RAW_ENCODING} rows only; "
+                f"{args.model} has {', '.join(sorted(set(info.encodings)))}")
     args.vocab = info.vocab_size
     ids = probe.sequence().row_ids(tokens)
     rows = resident_rows(args, probe, ids, torch.device(args.device))

@@ -33,6 +33,36 @@ PROFILES = {
 }
 CONV_TAPS = 4
 ROW_DIM = 256
+# Rows the host decodes itself (the engine's `format="raw"`): 256 E4M3
+# codes then 8 E8M0 scales, one per 32 values. A runtime moves these 264
+# bytes a row to the GPU and decodes there, instead of 1,024 bytes of f32
+# decoded by the engine's reader threads.
+RAW_ENCODING = "e4m3_e8m0_32_row264"
+RAW_ROW_BYTES = 264
+SCALE_GROUP = 32
+
+
+def e8m0_scales(device: torch.device) -> torch.Tensor:
+    """2^(s - 127) for every E8M0 byte s, exact in float32 (s = 0 is the
+    subnormal 2^-127). 255, which the engine's f32 decode rejects as
+    corrupt, comes out inf here: a host taking raw rows owns that check."""
+    with np.errstate(over="ignore"):  # 2^128 is inf in float32
+        exact = np.ldexp(np.float64(1.0), np.arange(256) - 127).astype(np.float32)
+    return torch.from_numpy(exact).to(device)
+
+
+def decode_rows(rows: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """Rows as the Engram block takes them: f32 rows pass through; raw
+    (uint8, ..., 264) rows are decoded on their device to the engine's f32
+    values, bit for bit: the E4M3 code times its group's scale is exact in
+    float32, and the one rounding, to bfloat16 (to nearest even), is the
+    engine's (test_torch_host checks the two give the same hashes)."""
+    if rows.dtype != torch.uint8:
+        return rows
+    values = rows[..., :ROW_DIM].view(torch.float8_e4m3fn).float()
+    group = scales[rows[..., ROW_DIM:RAW_ROW_BYTES].long()]
+    values = values.unflatten(-1, (ROW_DIM // SCALE_GROUP, SCALE_GROUP)) * group.unsqueeze(-1)
+    return values.flatten(-2).to(torch.bfloat16)
 
 
 def rmsnorm(x: torch.Tensor) -> torch.Tensor:
@@ -76,6 +106,8 @@ class Layer:
             self.wk, self.wv = w.matrix(dim, cols), w.matrix(dim, cols)
             self.taps = w.matrix(CONV_TAPS, dim) * math.sqrt(dim / CONV_TAPS)
             self.history = torch.zeros(CONV_TAPS - 1, dim, device=w.device, dtype=w.dtype)
+            # Made before any graph is captured (a capture may not copy in).
+            self.scales = e8m0_scales(w.device)
 
     def reset(self):
         self.k_cache.zero_()
@@ -85,8 +117,9 @@ class Layer:
             self.history.zero_()
 
     def engram(self, h: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """rows: (T, rows_per_token, 256) float32 on the device."""
-        flat = rows.reshape(rows.shape[0], -1).to(h.dtype)
+        """rows: (T, rows_per_token, 256) float32 or (T, rows_per_token, 264)
+        raw uint8, on the device."""
+        flat = decode_rows(rows, self.scales).reshape(rows.shape[0], -1).to(h.dtype)
         key, value = flat @ self.wk.T, flat @ self.wv.T
         gate = torch.sigmoid((rmsnorm(h).float() * rmsnorm(key).float()).sum(-1, keepdim=True)
                              / math.sqrt(self.dim)).to(h.dtype)
@@ -182,7 +215,7 @@ class Segment:
 class Decoder:
     def __init__(self, profile: dict, layers: int, engram_layers: dict[int, int],
                  rows_per_token: int, device: torch.device, max_len: int, seed: int = 7,
-                 graphs: bool = False):
+                 graphs: bool = False, raw_rows: bool = False):
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         w = Weights(device, dtype, seed)
         dim, heads, ffn = profile["dim"], profile["heads"], profile["ffn"]
@@ -194,17 +227,20 @@ class Decoder:
         self.embed = w.matrix(4096, dim)
         self.head = w.matrix(1024, dim)
         self.device, self.dtype, self.dim = device, dtype, dim
-        self.segments = self._segments(rows_per_token, max_len, graphs)
+        self.segments = self._segments(rows_per_token, max_len, graphs, raw_rows)
 
-    def _segments(self, rows_per_token: int, max_len: int, graphs: bool) -> list:
+    def _segments(self, rows_per_token: int, max_len: int, graphs: bool, raw_rows: bool) -> list:
         starts = [0] + [i for i, l in enumerate(self.layers) if l.table is not None and i > 0]
         self.pos = torch.full((1,), max_len - 1, dtype=torch.long, device=self.device)
         h = torch.zeros(1, self.dim, device=self.device, dtype=self.dtype)
         segments = []
         for first, last in zip(starts, starts[1:] + [len(self.layers)]):
             table = self.layers[first].table
-            rows = (None if table is None else
-                    torch.zeros(1, rows_per_token, ROW_DIM, device=self.device))
+            rows = None
+            if table is not None:
+                rows = (torch.zeros(1, rows_per_token, RAW_ROW_BYTES, dtype=torch.uint8,
+                                    device=self.device) if raw_rows else
+                        torch.zeros(1, rows_per_token, ROW_DIM, device=self.device))
             seg = Segment(self.layers, first, last, h, rows, self.pos)
             if graphs:
                 seg.capture()

@@ -54,6 +54,10 @@ pub struct Info {
     table_rows: Vec<u64>,
     /// Bytes of a row as stored (raw format), per table.
     stored_row_bytes: Vec<usize>,
+    /// How each table's rows are encoded, by the name model files use
+    /// (`"e4m3_e8m0_32_row264"` or `"lloyd4_e5m3_32_r136"`): what a host
+    /// that takes raw rows and decodes them itself (on a GPU, say) needs.
+    encodings: Vec<&'static str>,
     /// The file holding each table's rows (for a checkpoint: the values).
     table_files: Vec<std::path::PathBuf>,
     /// Byte offset of each table's row 0 in its file; row r of a packed
@@ -192,6 +196,7 @@ impl Engine {
             layer_ids: layout.tables.iter().map(|t| t.layer_id).collect(),
             table_rows: e.model.tables.iter().map(|t| t.rows).collect(),
             stored_row_bytes: (0..e.tables()).map(|t| source.row_bytes(t)).collect(),
+            encodings: e.model.tables.iter().map(|t| t.encoding.name()).collect(),
             table_files: e.model.tables.iter().map(|t| t.file.clone()).collect(),
             table_offsets: e.model.tables.iter().map(|t| t.offset).collect(),
             table_split: e.model.tables.iter().map(|t| t.scales.is_some()).collect(),

@@ -11,6 +11,8 @@ from conftest import decode_rows, expected_rows, file_rows
 @pytest.mark.parametrize("encoding", ["row264", "lloyd4"])
 def test_rows_match_the_file_and_an_independent_decode(models, encoding):
     with engram.open(models[encoding], overlap_threshold=0) as e:
+        names = {"row264": "e4m3_e8m0_32_row264", "lloyd4": "lloyd4_e5m3_32_r136"}
+        assert e.info.encodings == [names[encoding]] * e.info.tables
         for table in range(e.info.tables):
             n = e.info.table_rows[table]
             ids = np.array([0, 1, 2, n // 2, n - 2, n - 1, 17, 17], dtype=np.uint32)

@@ -35,17 +35,59 @@ def tokens_file(tmp_path):
 
 @pytest.mark.parametrize("sweep", ["layer", "chunk"])
 def test_every_schedule_hashes_alike(model, tokens_file, tmp_path, sweep):
-    out = tmp_path / "host.json"
+    """Every schedule, with the engine's f32 rows and with its raw rows
+    decoded by torch: one hash (so the device decode is the engine's, bit
+    for bit, on real rows)."""
     every = torch_host.SCHEDULES + torch_host.EXTRA_SCHEDULES
-    assert torch_host.main(args_for(model, tokens_file, out, "--sweep", sweep,
-                                    "--schedule", ",".join(every))) == 0
-    doc = json.loads(out.read_text())
-    names = [r["schedule"] for r in doc["results"]]
-    assert names == list(every)
-    assert len({r["prefill"]["checksum"] for r in doc["results"]}) == 1
-    assert len({r["decode"]["checksum"] for r in doc["results"]}) == 1
-    full = next(r for r in doc["results"] if r["schedule"] == "full")
-    assert full["decode"]["stall"]["per_token_us"]["count"] == 12
+    results = []
+    for rows in ("f32", "raw"):
+        out = tmp_path / f"host-{rows}.json"
+        assert torch_host.main(args_for(model, tokens_file, out, "--sweep", sweep, "--rows", rows,
+                                        "--schedule", ",".join(every))) == 0
+        doc = json.loads(out.read_text())
+        assert doc["args"]["rows"] == rows
+        assert [r["schedule"] for r in doc["results"]] == list(every)
+        full = next(r for r in doc["results"] if r["schedule"] == "full")
+        assert full["decode"]["stall"]["per_token_us"]["count"] == 12
+        results += doc["results"]
+    assert len({r["prefill"]["checksum"] for r in results}) == 1
+    assert len({r["decode"]["checksum"] for r in results}) == 1
+
+
+def test_the_device_decode_of_raw_rows_is_the_format_s():
+    """Every E4M3 code (but the two NaNs) under every E8M0 scale (but the
+    corrupt 255), subnormal results included, against the independent numpy
+    decode of the format description."""
+    import torch_model
+    from conftest import decode_rows
+    codes = np.array([c for c in range(256) if c & 0x7F != 0x7F], dtype=np.uint8)
+    raw = []
+    for scale in range(255):
+        row = np.empty(torch_model.RAW_ROW_BYTES, dtype=np.uint8)
+        row[:256] = np.resize(np.roll(codes, scale), 256)
+        row[256:] = [scale, 254 - scale, 127, scale // 2, 0, 1, 200, 60]
+        raw.append(row)
+    raw = np.stack(raw)
+    want = decode_rows(raw, "row264")
+    scales = torch_model.e8m0_scales(torch.device("cpu"))
+    got = torch_model.decode_rows(torch.from_numpy(raw), scales).float().numpy()
+    finite = np.isfinite(want)
+    assert finite.sum() > 0.9 * want.size and (want[finite] != 0).any()
+    assert np.array_equal(got.view(np.uint32)[finite], want.view(np.uint32)[finite])
+    # Beyond float32's range (scale 254 on a large code) both say inf.
+    assert np.array_equal(np.isinf(got), ~finite)
+
+
+def test_rows_auto_takes_raw_rows_of_an_e4m3_model_and_f32_of_another(models, tokens_file,
+                                                                       tmp_path):
+    for name, want in (("row264", "raw"), ("lloyd4", "f32")):
+        out = tmp_path / f"{name}.json"
+        assert torch_host.main(args_for(models[name], tokens_file, out, "--decode", "2",
+                                        "--schedule", "resident,overlap")) == 0
+        assert json.loads(out.read_text())["args"]["rows"] == want
+    with pytest.raises(SystemExit):
+        torch_host.main(args_for(models["lloyd4"], tokens_file, tmp_path / "x.json",
+                                 "--rows", "raw"))
 
 
 def test_the_hash_depends_on_the_rows(model, tokens_file):
@@ -53,7 +95,7 @@ def test_the_hash_depends_on_the_rows(model, tokens_file):
         model=str(model), tokens=str(tokens_file), profile="tiny", layers=16, prefill=300,
         decode=12, ubatch=128, sweep="layer", draft=0.79, cache_mib=16, direct=False,
         cold=False, seed=1, device="cpu", repeat=1, side_stream=True, ffn=None, layer_us=None,
-        graphs=True, open_options={})
+        graphs=True, open_options={}, rows="f32")
     ns.sizes = torch_host.profile_sizes(ns)
     tokens = torch_host.load_tokens(ns)[:313]
     with engram.open(model) as probe:

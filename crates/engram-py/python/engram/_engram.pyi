@@ -85,6 +85,10 @@ class Info:
     @property
     def stored_row_bytes(self) -> list[int]: ...
     @property
+    def encodings(self) -> list[str]:
+        """Each table's row encoding, by its model-file name (e.g. "e4m3_e8m0_32_row264"):
+        what a host that decodes raw rows itself needs."""
+    @property
     def table_files(self) -> list[pathlib.Path]:
         """The file holding each table's rows."""
     @property
