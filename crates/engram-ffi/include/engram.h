@@ -36,6 +36,15 @@
 // Row format: decoded to BF16-rounded f32, 256 native-endian floats per row.
 #define ENGRAM_FORMAT_F32 1
 
+// `engram_table.encoding`: `e4m3_e8m0_32_row264`, 256 E4M3 codes then 8
+// E8M0 scales (one per 32 values); a value is code x 2^(scale - 127),
+// rounded to BF16.
+#define ENGRAM_ENCODING_E4M3_E8M0_32_ROW264 1
+
+// `engram_table.encoding`: `lloyd4_e5m3_32_r136`, 128 bytes of sign +
+// 3-bit Lloyd level nibbles (low nibble first), then 8 E5M3 scales.
+#define ENGRAM_ENCODING_LLOYD4_E5M3_32_R136 2
+
 // `engram_seq_stall` phase: prompt processing.
 #define ENGRAM_PHASE_PREFILL 0
 
@@ -178,6 +187,11 @@ typedef struct engram_table {
   uint32_t stored_row_bytes;
   // Bytes of a row as waits deliver it in the engine's format.
   uint32_t row_bytes;
+  // `ENGRAM_ENCODING_*`: how the stored (raw) rows are encoded, for a
+  // caller that decodes raw rows itself (on a GPU, say). It sits in
+  // what was the struct's tail padding, so the size and the other
+  // fields' offsets are those of the header before it.
+  uint32_t encoding;
 } engram_table;
 
 // Rows of consecutive tokens of one table, in the engine's buffers:

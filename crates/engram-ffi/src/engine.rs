@@ -5,12 +5,14 @@ use std::ffi::{c_char, c_void};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use engram::codec::ROW_DIM;
+use engram::codec::{Encoding, ROW_DIM};
 use engram::open::OpenEngine;
 use engram::prefetch::RowFormat;
 
 use crate::handles::{self, call_filling, call_on};
-use crate::options::{self, engram_options};
+use crate::options::{
+    self, engram_options, ENGRAM_ENCODING_E4M3_E8M0_32_ROW264, ENGRAM_ENCODING_LLOYD4_E5M3_32_R136,
+};
 use crate::ptr::{c_str, slice_in, slice_out};
 use crate::status::{call, engram_status, FfiError, FfiResult};
 use crate::text::call_json;
@@ -59,6 +61,11 @@ pub struct engram_table {
     pub stored_row_bytes: u32,
     /// Bytes of a row as waits deliver it in the engine's format.
     pub row_bytes: u32,
+    /// `ENGRAM_ENCODING_*`: how the stored (raw) rows are encoded, for a
+    /// caller that decodes raw rows itself (on a GPU, say). It sits in
+    /// what was the struct's tail padding, so the size and the other
+    /// fields' offsets are those of the header before it.
+    pub encoding: u32,
 }
 
 /// The C handle's object: the core's opened engine (model, source, cache,
@@ -201,6 +208,14 @@ pub unsafe extern "C" fn engram_engine_info(
     }
 }
 
+/// `engram_table.encoding` of a row encoding.
+fn encoding_code(encoding: Encoding) -> u32 {
+    match encoding {
+        Encoding::E4m3E8m0Row264 => ENGRAM_ENCODING_E4M3_E8M0_32_ROW264,
+        Encoding::Lloyd4E5m3Row136 => ENGRAM_ENCODING_LLOYD4_E5M3_32_R136,
+    }
+}
+
 /// Fills `*out` with facts about table `table` of the engine.
 ///
 /// # Safety
@@ -219,6 +234,7 @@ pub unsafe extern "C" fn engram_table_info(
             layer_id: loc.layer_id,
             stored_row_bytes: obj.engine.source().row_bytes(t) as u32,
             row_bytes: obj.row_bytes(t, obj.engine.config().format) as u32,
+            encoding: encoding_code(loc.encoding),
         })
     };
     // SAFETY: forwarded from the caller's contract.

@@ -35,7 +35,8 @@ pub use engine::{
 };
 pub use options::{
     engram_options, engram_options_default, ENGRAM_BACKEND_AUTO, ENGRAM_BACKEND_MMAP,
-    ENGRAM_BACKEND_PSYNC, ENGRAM_BACKEND_URING, ENGRAM_FORMAT_F32, ENGRAM_FORMAT_RAW,
+    ENGRAM_BACKEND_PSYNC, ENGRAM_BACKEND_URING, ENGRAM_ENCODING_E4M3_E8M0_32_ROW264,
+    ENGRAM_ENCODING_LLOYD4_E5M3_32_R136, ENGRAM_FORMAT_F32, ENGRAM_FORMAT_RAW,
 };
 pub use prefill::{
     engram_prefill, engram_prefill_begin, engram_prefill_end, engram_prefill_info,

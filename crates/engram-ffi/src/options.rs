@@ -32,6 +32,14 @@ pub const ENGRAM_FORMAT_RAW: u32 = 0;
 /// Row format: decoded to BF16-rounded f32, 256 native-endian floats per row.
 pub const ENGRAM_FORMAT_F32: u32 = 1;
 
+/// `engram_table.encoding`: `e4m3_e8m0_32_row264`, 256 E4M3 codes then 8
+/// E8M0 scales (one per 32 values); a value is code x 2^(scale - 127),
+/// rounded to BF16.
+pub const ENGRAM_ENCODING_E4M3_E8M0_32_ROW264: u32 = 1;
+/// `engram_table.encoding`: `lloyd4_e5m3_32_r136`, 128 bytes of sign +
+/// 3-bit Lloyd level nibbles (low nibble first), then 8 E5M3 scales.
+pub const ENGRAM_ENCODING_LLOYD4_E5M3_32_R136: u32 = 2;
+
 /// Options of `engram_open`. Fill with
 /// `engram_options_default`, then change fields.
 ///
