@@ -41,8 +41,16 @@ fn table_facts(encoding: Encoding, format: u32) -> Vec<engram_table> {
 #[test]
 fn each_table_says_its_encoding_and_row_sizes() {
     let cases = [
-        (Encoding::E4m3E8m0Row264, ENGRAM_ENCODING_E4M3_E8M0_32_ROW264, 264),
-        (Encoding::Lloyd4E5m3Row136, ENGRAM_ENCODING_LLOYD4_E5M3_32_R136, 136),
+        (
+            Encoding::E4m3E8m0Row264,
+            ENGRAM_ENCODING_E4M3_E8M0_32_ROW264,
+            264,
+        ),
+        (
+            Encoding::Lloyd4E5m3Row136,
+            ENGRAM_ENCODING_LLOYD4_E5M3_32_R136,
+            136,
+        ),
     ];
     for (encoding, code, stored) in cases {
         for (format, delivered) in [(ENGRAM_FORMAT_RAW, stored), (ENGRAM_FORMAT_F32, 1024)] {

@@ -2,6 +2,7 @@
 //! caller's output buffers become Rust values here, with the argument
 //! named in every error; nothing past this module sees a Python object.
 
+use engram::io::threads::ReaderSched;
 use engram::io::Backend;
 use engram::prefetch::{PrefillOrder, RowFormat};
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -163,6 +164,15 @@ pub(crate) fn prefill_order(name: &str) -> PyResult<PrefillOrder> {
     PrefillOrder::parse(name).ok_or_else(|| {
         invalid(format!(
             "prefill_order {name:?}: expected \"auto\" or \"chunk\""
+        ))
+    })
+}
+
+/// A reader scheduling class name.
+pub(crate) fn readers(name: &str) -> PyResult<ReaderSched> {
+    ReaderSched::parse(name).ok_or_else(|| {
+        invalid(format!(
+            "readers {name:?}: expected \"normal\", \"batch\", \"raised\" or \"realtime\""
         ))
     })
 }

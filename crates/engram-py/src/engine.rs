@@ -93,15 +93,17 @@ impl Info {
 /// `prefetch`, `pipeline` and `batch` left None follow the ENGRAM_PREFETCH,
 /// ENGRAM_PIPELINE and ENGRAM_BATCH environment switches (0 off), else on;
 /// `prefill_order` ("auto" or "chunk") left None follows ENGRAM_PREFILL_ORDER,
-/// else "auto".
+/// else "auto"; `readers` (the reader threads' scheduling class: "normal",
+/// "batch", "raised" or "realtime") left None follows ENGRAM_READERS, else
+/// "normal".
 #[pyfunction]
 #[pyo3(signature = (
     path, *, backend = "auto", direct = false, io_depth = 64, cache_bytes = 0,
     format = "f32", chunk_tokens = 1024, ring_chunks = 2, first_chunk_tokens = 128,
     read_batch_tokens = 256, overlap_threshold = 1024, prefetch = None, pipeline = None,
     batch = None, lookup_hints = false, workers = 4, decode_workers = 2,
-    reuse_bytes = None, prefill_batches_in_flight = 1, prefill_order = None, hot = None,
-    hot_mlock = false, inject_latency_us = 0
+    reuse_bytes = None, prefill_batches_in_flight = 1, prefill_order = None, readers = None,
+    hot = None, hot_mlock = false, inject_latency_us = 0
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn open(
@@ -126,6 +128,7 @@ pub(crate) fn open(
     reuse_bytes: Option<u64>,
     prefill_batches_in_flight: usize,
     prefill_order: Option<&str>,
+    readers: Option<&str>,
     hot: Option<std::path::PathBuf>,
     hot_mlock: bool,
     inject_latency_us: u64,
@@ -158,6 +161,10 @@ pub(crate) fn open(
             prefill_order: match prefill_order {
                 Some(name) => convert::prefill_order(name)?,
                 None => defaults.prefill_order,
+            },
+            readers: match readers {
+                Some(name) => convert::readers(name)?,
+                None => defaults.readers,
             },
             ..defaults
         },

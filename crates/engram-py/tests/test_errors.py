@@ -3,6 +3,7 @@ exception with the facts, never a crash or a Rust panic."""
 
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -267,3 +268,34 @@ def test_without_numpy_the_import_fails_saying_so():
                           timeout=60)
     assert done.returncode != 0
     assert "ImportError: engram needs numpy" in done.stderr, done.stderr
+
+
+def test_a_bad_reader_class_is_named(model):
+    with pytest.raises(engram.InvalidArgumentError, match='readers "fast"'):
+        engram.open(model, readers="fast")
+
+
+def engine_threads():
+    """This process's engine reader threads, by thread id."""
+    tids = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().startswith("engram-"):
+                    tids.add(int(tid))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return tids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux scheduling classes")
+def test_readers_take_the_class_asked_for(model, monkeypatch):
+    monkeypatch.delenv("ENGRAM_READERS", raising=False)
+    for readers, policy in (("batch", os.SCHED_BATCH), (None, os.SCHED_OTHER)):
+        before = engine_threads()
+        with engram.open(model, readers=readers, overlap_threshold=0) as e:
+            with e.sequence().prefill(np.arange(64)) as pf:
+                pf.wait(0, 64)
+                mine = engine_threads() - before
+                assert mine, "the engine has reader threads"
+                assert {os.sched_getscheduler(t) for t in mine} == {policy}, readers

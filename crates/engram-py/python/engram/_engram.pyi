@@ -128,6 +128,7 @@ def open(
     reuse_bytes: Optional[int] = None,
     prefill_batches_in_flight: int = 1,
     prefill_order: Optional[Literal["auto", "chunk"]] = None,
+    readers: Optional[Literal["normal", "batch", "raised", "realtime"]] = None,
     hot: Optional[Union[str, os.PathLike[str]]] = None,
     hot_mlock: bool = False,
     inject_latency_us: int = 0,
@@ -145,6 +146,13 @@ def open(
     (rows are then read chunk by chunk, table by table); "auto" learns it
     from the waits (right for a layer sweep). None follows
     ENGRAM_PREFILL_ORDER, else "auto".
+
+    readers is the reader threads' scheduling class: "normal" (the OS
+    default), "batch" (Linux SCHED_BATCH: a woken reader never preempts
+    the thread that woke it, but waits out other processes' time slices),
+    "raised" (nice -10; needs CAP_SYS_NICE) or "realtime" (SCHED_FIFO 1;
+    needs CAP_SYS_NICE, else raised). None follows ENGRAM_READERS, else
+    "normal" (docs/bench.md, "The readers' class under other processes' load").
     """
 
 def synth(

@@ -32,7 +32,9 @@ pub use slot::PrefillSlot;
 /// the row cache budget.
 #[derive(Debug, Clone, Default)]
 pub struct EngineBuilder {
-    /// How the row source reads.
+    /// How the row source reads. Its `readers` is not used: the source's
+    /// threads take `prefetch.readers`, so one setting classes every
+    /// reader thread of the engine.
     pub io: IoConfig,
     /// How the scheduler prefetches and what format it hands out.
     pub prefetch: PrefetchConfig,
@@ -49,16 +51,11 @@ pub struct EngineBuilder {
 impl EngineBuilder {
     /// The defaults, with the ENGRAM_PREFETCH / ENGRAM_PIPELINE /
     /// ENGRAM_BATCH / ENGRAM_WARM / ENGRAM_READERS environment switches
-    /// applied to the scheduler options (ENGRAM_READERS to the pread pool's
-    /// workers as well).
+    /// applied to the scheduler options (ENGRAM_READERS to the source's
+    /// threads as well, as every `prefetch.readers` is).
     pub fn from_env() -> EngineBuilder {
-        let prefetch = PrefetchConfig::from_env();
         EngineBuilder {
-            io: IoConfig {
-                readers: prefetch.readers,
-                ..IoConfig::default()
-            },
-            prefetch,
+            prefetch: PrefetchConfig::from_env(),
             ..EngineBuilder::default()
         }
     }
@@ -79,10 +76,17 @@ impl EngineBuilder {
     /// Starts an engine on an already opened `model`.
     pub fn build(&self, model: Model) -> Result<OpenEngine> {
         self.validate()?;
+        // Why from `prefetch`: the embedders (C, Python) set the class
+        // there, and a source left at its own default had its pread workers
+        // at `normal` under ENGRAM_READERS=batch.
+        let io = IoConfig {
+            readers: self.prefetch.readers,
+            ..self.io.clone()
+        };
         let opened = match &self.faults {
-            None => open_source(&model.tables, &self.io)?,
+            None => open_source(&model.tables, &io)?,
             Some(plan) => Opened {
-                source: Arc::new(FaultSource::open(&model.tables, &self.io, plan.clone())?),
+                source: Arc::new(FaultSource::open(&model.tables, &io, plan.clone())?),
                 backend: Backend::Psync,
                 note: Some("fault injection: the pread pool over faulty files".into()),
             },

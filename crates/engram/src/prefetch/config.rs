@@ -131,8 +131,9 @@ pub struct PrefetchConfig {
     /// Hint batches queued at most; older ones are dropped (default 64).
     pub max_queued_hints: usize,
     /// Scheduling class of the pool's threads (ENGRAM_READERS=batch,
-    /// normal, raised or realtime; default normal); an embedder opening the
-    /// source itself gives its `IoConfig::readers` the same value.
+    /// normal, raised or realtime; default normal). `EngineBuilder` gives
+    /// the source's threads this class too; an embedder opening the source
+    /// itself gives its `IoConfig::readers` the same value.
     pub readers: ReaderSched,
 }
 
