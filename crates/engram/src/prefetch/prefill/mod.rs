@@ -184,27 +184,29 @@ impl<'s> Prefill<'s> {
     /// and offset) or [`Error::Cancelled`].
     pub fn wait(&mut self, table: usize, upto: u32) -> Result<RowsView<'_>> {
         let from = self.check_wait(table, upto)?;
-        let core = self.core.clone();
-        let job = &core.jobs[table];
-        if core.pool.is_shutdown() && job.ready.count() < upto {
-            return Err(Error::Cancelled); // the engine is gone
-        }
-        // Release the previous view's slots, then let the reader use them.
-        job.released.store(from, Ordering::Release);
-        job.consumed.store(upto, Ordering::Relaxed);
-        job.consumer_started.store(true, Ordering::Relaxed);
-        core.learn_span(upto);
         let started = Instant::now();
-        let result = match core.plan.mode {
-            Mode::Overlap => {
-                let target = if core.plan.whole_table {
-                    core.plan.tokens // pipeline off: the whole table
-                } else {
-                    upto
-                };
-                blocking_wait(&core, job, target)
+        let core = &self.core;
+        let job = &core.jobs[table];
+        let target = match core.plan.mode {
+            Mode::Overlap if core.plan.whole_table => core.plan.tokens, // pipeline off
+            _ => upto,
+        };
+        let result = match job.ready.try_wait(target) {
+            // Ready: no lock, no wake on this thread (see `room_freed`).
+            Some(done) if core.plan.mode == Mode::Overlap => {
+                release(core, job, from, upto);
+                done.map(|_| core.room_freed(job, upto))
             }
-            Mode::AtWait => read_at_wait(job, upto),
+            _ if core.pool.is_shutdown() && job.ready.count() < upto => {
+                return Err(Error::Cancelled); // the engine is gone
+            }
+            _ => {
+                release(core, job, from, upto);
+                match core.plan.mode {
+                    Mode::Overlap => blocking_wait(core, job, target),
+                    Mode::AtWait => read_at_wait(job, upto),
+                }
+            }
         };
         let stall = started.elapsed();
         result?;
@@ -291,6 +293,17 @@ impl Drop for Prefill<'_> {
         self.core.cancel_and_join();
         self.record_token_totals();
     }
+}
+
+/// Releases the previous view's slots of `job` (the readers may overwrite
+/// them from now on) and says how far the consumer has got.
+fn release(core: &PrefillCore, job: &TableJob, from: u32, upto: u32) {
+    job.released.store(from, Ordering::Release);
+    job.consumed.store(upto, Ordering::Relaxed);
+    if !job.consumer_started.load(Ordering::Relaxed) {
+        job.consumer_started.store(true, Ordering::Relaxed);
+    }
+    core.learn_span(upto);
 }
 
 fn blocking_wait(core: &Arc<PrefillCore>, job: &TableJob, target: u32) -> Result<()> {
