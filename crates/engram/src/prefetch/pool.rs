@@ -500,6 +500,57 @@ mod tests {
         (pool, shared, Held { log, seen, open })
     }
 
+    /// A parked job that says it is parked `until` more times.
+    struct Counted {
+        polls: std::sync::atomic::AtomicUsize,
+        until: usize,
+    }
+
+    impl Parked for Counted {
+        fn repoll(self: Arc<Self>) -> bool {
+            self.polls.fetch_add(1, Ordering::Relaxed) + 1 < self.until
+        }
+    }
+
+    fn counted(until: usize) -> Arc<Counted> {
+        Arc::new(Counted {
+            polls: Default::default(),
+            until,
+        })
+    }
+
+    #[test]
+    fn a_parked_job_is_polled_until_it_is_no_longer_parked_or_leaves() {
+        let mut pool = Pool::start(2, 1, 4, ReaderSched::Normal).unwrap();
+        let shared = pool.shared();
+        let polls = |job: &Counted| job.polls.load(Ordering::Relaxed);
+        let job = counted(3);
+        let weak: Weak<Counted> = Arc::downgrade(&job);
+        shared.park(7, weak.clone());
+        shared.park(7, weak); // once on the list
+        let deadline = std::time::Instant::now() + LIMIT;
+        while polls(&job) < 3 {
+            assert!(std::time::Instant::now() < deadline, "polled {}", polls(&job));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(PARK_POLL * 5);
+        assert_eq!(polls(&job), 3, "polled after it was no longer parked");
+        // Parked for good, then taken off: no poll once `unpark` returns.
+        let job = counted(usize::MAX);
+        let weak: Weak<Counted> = Arc::downgrade(&job);
+        shared.park(8, weak);
+        while polls(&job) < 2 {
+            assert!(std::time::Instant::now() < deadline, "polled {}", polls(&job));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        shared.unpark(8);
+        let seen = polls(&job);
+        std::thread::sleep(PARK_POLL * 5);
+        assert_eq!(polls(&job), seen, "polled after unpark");
+        assert_eq!(Arc::strong_count(&job), 1, "a poll kept the job");
+        pool.shutdown();
+    }
+
     #[test]
     fn hints_run_only_when_no_demand_is_queued() {
         // Occupy the only general thread, then queue a hint before demand.

@@ -326,3 +326,43 @@ fn a_chunk_order_reads_every_tables_first_chunk_before_the_next_chunk() {
         });
     }
 }
+
+/// A wait whose rows are ready wakes no reader when the readers are well
+/// ahead: the ring room it frees is read all the same, by the pool's poll
+/// of the parked prefill, while the consumer does not wait again.
+#[test]
+fn ring_room_a_ready_wait_frees_is_read_without_another_wait() {
+    let source = source();
+    let engine = engine_without_store(&source, |c| {
+        c.ring_chunks = 4; // 64 tokens: a consumer 16 in is 48 behind
+        c.warm_page_cache = false;
+    });
+    within(LIMIT, move || {
+        let mut seq = engine.sequence();
+        let cols = seq.rows_per_token();
+        let tokens: Vec<u32> = (0..256u32).map(|i| (i * 7919 + 11) % VOCAB).collect();
+        let ids = seq.row_ids(&tokens, None).unwrap();
+        let mut prefill = seq.prefill(&tokens, None).unwrap();
+        prefill.wait(0, 16).unwrap();
+        // Both rings full: nothing in flight, the prefill is parked.
+        while (0..2).any(|t| prefill.ready_tokens(t) < Some(64)) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(prefill.ready_tokens(0), Some(64), "the ring bounds the reader");
+        // Ready: it frees tokens 0..16 (room up to 80) and returns at once,
+        // 32 tokens behind the reader, more than a ring chunk.
+        prefill.wait(0, 32).unwrap();
+        while prefill.ready_tokens(0) < Some(80) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The rest reads as usual, exact.
+        for upto in (48..=256).step_by(16) {
+            let view = prefill.wait(0, upto).unwrap();
+            let want: Vec<u8> = (upto as usize - 16..upto as usize)
+                .flat_map(|t| ids[t * 2 * cols..][..cols].to_vec())
+                .flat_map(|r| row_bytes_of(0, u64::from(r)))
+                .collect();
+            assert!(view.to_vec() == want, "tokens up to {upto}");
+        }
+    });
+}

@@ -210,11 +210,13 @@ impl PrefillCore {
     /// only delays reads that are not needed yet: a consumer that blocks
     /// schedules first ([`super::blocking_wait`]).
     pub(super) fn room_freed(self: &Arc<Self>, job: &TableJob, upto: u32) {
+        // The table's own line first: a consumer well behind its readers
+        // touches nothing else.
         let ready = job.ready.count();
-        if self.flight.busy() || ready >= self.plan.tokens {
+        if ready >= job.plan.tokens || ready.saturating_sub(upto) >= job.plan.chunk {
             return;
         }
-        if ready.saturating_sub(upto) < self.plan.chunk {
+        if !self.flight.busy() {
             self.try_schedule();
         }
     }
