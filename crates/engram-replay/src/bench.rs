@@ -22,7 +22,7 @@ use crate::hints::HintMode;
 use crate::prompt::Prompt;
 use crate::report::{
     CpuReport, DecodeReport, HotReport, IoReport, PrefillReport, PromptReport, Report,
-    ScheduleReport, StallSeries, StallSummary,
+    ScheduleReport, StallSummary,
 };
 use crate::schedule::{self, ScheduleKind, ScheduleSetup};
 use crate::{rss, summary};
@@ -318,10 +318,8 @@ fn summarize(m: &Measured, prefill_tokens: usize, decode_tokens: usize) -> Sched
         floor: None,
         peak_rss_bytes: 0,
         output_checksum: None,
-        series: StallSeries {
-            chunk_stall_seconds: m.chunk_stall.iter().map(secs).collect(),
-            step_stall_us: per_step.iter().map(|d| secs(d) * 1e6).collect(),
-        },
+        chunk_stall_seconds: m.chunk_stall.iter().map(secs).collect(),
+        step_stall_us: per_step.iter().map(|d| secs(d) * 1e6).collect(),
     }
 }
 

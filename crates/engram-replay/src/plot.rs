@@ -47,7 +47,7 @@ fn draw(report: &Report, path: &Path) -> DrawResult {
         .map_or(&[][..], Vec::as_slice);
     let decode: Vec<(&str, Vec<f64>)> = run
         .iter()
-        .map(|s| (s.name.as_str(), s.series.step_stall_us.clone()))
+        .map(|s| (s.name.as_str(), s.step_stall_us.clone()))
         .collect();
     // Log scale: decode stalls span microseconds (a hit) to tens of
     // milliseconds (a device outlier), and the typical step matters most.
@@ -64,7 +64,7 @@ fn draw(report: &Report, path: &Path) -> DrawResult {
     let prefill: Vec<(&str, Vec<f64>)> = run
         .iter()
         .map(|s| {
-            let ms = s.series.chunk_stall_seconds.iter().map(|v| v * 1e3).collect();
+            let ms = s.chunk_stall_seconds.iter().map(|v| v * 1e3).collect();
             (s.name.as_str(), ms)
         })
         .collect();

@@ -138,15 +138,6 @@ pub struct ScheduleReport {
     /// Digest of the cpu compute's final hidden states (cpu compute only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_checksum: Option<String>,
-    /// The per-chunk and per-step series (fields of this object in the
-    /// JSON; the summaries over repeats leave them out).
-    #[serde(flatten)]
-    pub series: StallSeries,
-}
-
-/// One run's stall over time.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct StallSeries {
     /// Prefill stall of each chunk of the sweep, seconds (both tables).
     pub chunk_stall_seconds: Vec<f64>,
     /// Decode stall of each step, microseconds (both tables).

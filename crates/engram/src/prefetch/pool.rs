@@ -524,25 +524,25 @@ mod tests {
         let mut pool = Pool::start(2, 1, 4, ReaderSched::Normal).unwrap();
         let shared = pool.shared();
         let polls = |job: &Counted| job.polls.load(Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + LIMIT;
+        let polled = |job: &Counted, n: usize| {
+            while polls(job) < n {
+                assert!(std::time::Instant::now() < deadline, "{}", polls(job));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
         let job = counted(3);
         let weak: Weak<Counted> = Arc::downgrade(&job);
         shared.park(7, weak.clone());
         shared.park(7, weak); // once on the list
-        let deadline = std::time::Instant::now() + LIMIT;
-        while polls(&job) < 3 {
-            assert!(std::time::Instant::now() < deadline, "polled {}", polls(&job));
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        polled(&job, 3);
         std::thread::sleep(PARK_POLL * 5);
         assert_eq!(polls(&job), 3, "polled after it was no longer parked");
         // Parked for good, then taken off: no poll once `unpark` returns.
         let job = counted(usize::MAX);
         let weak: Weak<Counted> = Arc::downgrade(&job);
         shared.park(8, weak);
-        while polls(&job) < 2 {
-            assert!(std::time::Instant::now() < deadline, "polled {}", polls(&job));
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        polled(&job, 2);
         shared.unpark(8);
         let seen = polls(&job);
         std::thread::sleep(PARK_POLL * 5);

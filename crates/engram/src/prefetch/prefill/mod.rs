@@ -191,9 +191,9 @@ impl<'s> Prefill<'s> {
             _ => {
                 release(core, job, from, upto);
                 match core.plan.mode {
-                    Mode::Overlap => blocking_wait(core, job, target, || {
-                        self.waits.flush(&self.stats)
-                    }),
+                    Mode::Overlap => {
+                        blocking_wait(core, job, target, || self.waits.flush(&self.stats))
+                    }
                     Mode::AtWait => read_at_wait(job, upto),
                 }
             }

@@ -91,7 +91,11 @@ impl Waits {
                 total = total.saturating_add(w.ns / u64::from(w.upto - w.from));
             }
             if covered {
-                stats.record_token_total(Phase::Prefill, Duration::from_nanos(total), u64::from(b - a));
+                stats.record_token_total(
+                    Phase::Prefill,
+                    Duration::from_nanos(total),
+                    u64::from(b - a),
+                );
             }
         }
     }
