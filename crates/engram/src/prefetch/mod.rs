@@ -552,7 +552,8 @@ impl Sequence {
     /// The sequence's stats collector, shared: it outlives the sequence and
     /// can be read from another thread while the sequence waits. Its
     /// snapshots leave out the decode step in progress (see
-    /// [`Sequence::stats`]).
+    /// [`Sequence::stats`]) and a running prefill's waits since its last
+    /// wait that blocked (they are recorded then, or when it is dropped).
     pub fn stats_recorder(&self) -> Arc<StatsRecorder> {
         self.stats.clone()
     }

@@ -12,8 +12,10 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use super::guard::PanicSwitch;
 use crate::io::threads::ReaderSched;
@@ -39,12 +41,35 @@ pub(crate) trait Task: Send {
     }
 }
 
+/// A job whose readers stopped for want of room its consumer frees without
+/// waking anyone (a prefill whose ring is full): the pool looks at it again
+/// every [`PARK_POLL`] until it is no longer parked.
+pub(crate) trait Parked: Send + Sync {
+    /// Schedules what the freed room allows; true while still parked (look
+    /// again later), false once work is in flight or none is left.
+    fn repoll(self: Arc<Self>) -> bool;
+}
+
+/// How often an idle general thread looks at the parked jobs.
+///
+/// Why poll at all: a consumer whose rows are ready frees ring room at every
+/// wait, and waking a reader from there (a futex wake, and on a small
+/// machine the woken reader taking the consumer's core) cost the forward
+/// thread 10-20 us a chunk and now and then 1-2 ms (docs/bench.md, "Ready
+/// waits wake no one"). The consumer wakes the readers itself only when
+/// they are idle and less than a ring chunk ahead of it, so this interval
+/// only has to be short against the time the consumer takes to use up a
+/// ring chunk of rows it already has.
+pub(crate) const PARK_POLL: Duration = Duration::from_millis(2);
+
 #[derive(Default)]
 struct Queues {
     decode: VecDeque<Box<dyn Task>>,
     demand: Vec<Box<dyn Task>>,
     hints: VecDeque<Box<dyn Task>>,
     shutdown: bool,
+    /// A general thread is waiting with a [`PARK_POLL`] timeout.
+    poller: bool,
 }
 
 /// What the threads and the submitters share.
@@ -53,6 +78,13 @@ pub(crate) struct PoolShared {
     general: Condvar,
     decode: Condvar,
     max_hints: usize,
+    /// Parked jobs by owner id (see [`Parked`]). Its own lock, taken before
+    /// the queues' when both are (a repoll submits tasks) and never while
+    /// holding them; held through a poll, so a job that leaves the list
+    /// ([`PoolShared::unpark`]) is held by no poll once that returns.
+    parked: Mutex<ParkedList>,
+    /// The parked list is not empty (read by threads holding the queues).
+    any_parked: AtomicBool,
     /// Panics a test injects into tasks (a no-op outside tests).
     pub(crate) faults: PanicSwitch,
 }
@@ -65,6 +97,15 @@ pub(crate) struct Pool {
 
 fn lock(q: &Mutex<Queues>) -> MutexGuard<'_, Queues> {
     match q.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+type ParkedList = Vec<(u64, Weak<dyn Parked>)>;
+
+fn lock_parked(p: &Mutex<ParkedList>) -> MutexGuard<'_, ParkedList> {
+    match p.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
     }
@@ -92,6 +133,8 @@ impl Pool {
             general: Condvar::new(),
             decode: Condvar::new(),
             max_hints,
+            parked: Mutex::new(Vec::new()),
+            any_parked: AtomicBool::new(false),
             faults: PanicSwitch::default(),
         });
         let mut pool = Pool {
@@ -225,6 +268,38 @@ impl PoolShared {
         true
     }
 
+    /// Puts `job` of `owner` on the parked list (once) and makes sure an idle
+    /// general thread polls it.
+    pub(crate) fn park(&self, owner: u64, job: Weak<dyn Parked>) {
+        {
+            let mut parked = lock_parked(&self.parked);
+            if parked.iter().all(|(id, _)| *id != owner) {
+                parked.push((owner, job));
+            }
+            self.any_parked.store(true, Ordering::Relaxed);
+        }
+        // A thread already polling will see it; otherwise wake one (a thread
+        // that is busy now sees the flag when it next runs out of work).
+        if !lock(&self.queues).poller {
+            self.general.notify_one();
+        }
+    }
+
+    /// Takes `owner` off the parked list; once this returns, no poll holds
+    /// the job.
+    pub(crate) fn unpark(&self, owner: u64) {
+        let mut parked = lock_parked(&self.parked);
+        parked.retain(|(id, _)| *id != owner);
+        self.any_parked.store(!parked.is_empty(), Ordering::Relaxed);
+    }
+
+    /// Repolls every parked job, keeping those still parked.
+    fn poll_parked(&self) {
+        let mut parked = lock_parked(&self.parked);
+        parked.retain(|(_, job)| job.upgrade().is_some_and(|job| job.repoll()));
+        self.any_parked.store(!parked.is_empty(), Ordering::Relaxed);
+    }
+
     /// Removes and abandons every queued task of `owner`.
     pub(crate) fn cancel_owner(&self, owner: u64) {
         let removed = {
@@ -325,6 +400,25 @@ fn worker(shared: &PoolShared, role: Role, readers: ReaderSched) {
                 let _ = catch_unwind(AssertUnwindSafe(|| task.run()));
                 q = lock(&shared.queues);
             }
+            // One idle general thread polls the parked jobs; the others
+            // sleep until woken.
+            None if matches!(role, Role::General)
+                && !q.poller
+                && shared.any_parked.load(Ordering::Relaxed) =>
+            {
+                q.poller = true;
+                let (g, timeout) = match cv.wait_timeout(q, PARK_POLL) {
+                    Ok(r) => r,
+                    Err(p) => p.into_inner(),
+                };
+                q = g;
+                q.poller = false;
+                if timeout.timed_out() && !q.shutdown {
+                    drop(q);
+                    shared.poll_parked();
+                    q = lock(&shared.queues);
+                }
+            }
             None => {
                 q = match cv.wait(q) {
                     Ok(g) => g,
@@ -404,6 +498,57 @@ mod tests {
         let running = seen.recv_timeout(LIMIT).unwrap();
         assert_eq!(running, "gate running");
         (pool, shared, Held { log, seen, open })
+    }
+
+    /// A parked job that says it is parked `until` more times.
+    struct Counted {
+        polls: std::sync::atomic::AtomicUsize,
+        until: usize,
+    }
+
+    impl Parked for Counted {
+        fn repoll(self: Arc<Self>) -> bool {
+            self.polls.fetch_add(1, Ordering::Relaxed) + 1 < self.until
+        }
+    }
+
+    fn counted(until: usize) -> Arc<Counted> {
+        Arc::new(Counted {
+            polls: Default::default(),
+            until,
+        })
+    }
+
+    #[test]
+    fn a_parked_job_is_polled_until_it_is_no_longer_parked_or_leaves() {
+        let mut pool = Pool::start(2, 1, 4, ReaderSched::Normal).unwrap();
+        let shared = pool.shared();
+        let polls = |job: &Counted| job.polls.load(Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + LIMIT;
+        let polled = |job: &Counted, n: usize| {
+            while polls(job) < n {
+                assert!(std::time::Instant::now() < deadline, "{}", polls(job));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        let job = counted(3);
+        let weak: Weak<Counted> = Arc::downgrade(&job);
+        shared.park(7, weak.clone());
+        shared.park(7, weak); // once on the list
+        polled(&job, 3);
+        std::thread::sleep(PARK_POLL * 5);
+        assert_eq!(polls(&job), 3, "polled after it was no longer parked");
+        // Parked for good, then taken off: no poll once `unpark` returns.
+        let job = counted(usize::MAX);
+        let weak: Weak<Counted> = Arc::downgrade(&job);
+        shared.park(8, weak);
+        polled(&job, 2);
+        shared.unpark(8);
+        let seen = polls(&job);
+        std::thread::sleep(PARK_POLL * 5);
+        assert_eq!(polls(&job), seen, "polled after unpark");
+        assert_eq!(Arc::strong_count(&job), 1, "a poll kept the job");
+        pool.shutdown();
     }
 
     #[test]

@@ -194,6 +194,11 @@ impl InFlight {
         }
     }
 
+    /// True while a worker is using the job.
+    pub(crate) fn busy(&self) -> bool {
+        self.word.load(Ordering::Acquire) != 0
+    }
+
     /// Blocks until no worker is using the job.
     pub(crate) fn wait_idle(&self) {
         loop {

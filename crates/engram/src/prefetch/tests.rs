@@ -40,6 +40,20 @@ fn engine_without_store(source: &Arc<MemSource>, tune: impl FnOnce(&mut Prefetch
     Engine::new(source.clone(), layout(), config).unwrap()
 }
 
+/// `n` prompt tokens, distinct for the first few thousand.
+fn prompt(n: u32) -> Vec<u32> {
+    (0..n).map(|i| (i * 7919 + 11) % VOCAB).collect()
+}
+
+/// The rows a prefill delivers for `table`'s tokens `tokens`, given the
+/// prompt's row ids `ids` (token-major, both tables) and `cols` rows a token.
+fn expected(ids: &[u32], cols: usize, table: usize, tokens: std::ops::Range<usize>) -> Vec<u8> {
+    tokens
+        .flat_map(|t| ids[(t * 2 + table) * cols..][..cols].to_vec())
+        .flat_map(|r| row_bytes_of(table, u64::from(r)))
+        .collect()
+}
+
 fn internal(e: &Error, what: &str) -> bool {
     matches!(e, Error::Internal(m) if m.contains(what) && m.contains("panicked"))
 }
@@ -209,10 +223,7 @@ fn prefill_memory_grows_by_need_and_stays_within_the_ring_and_store_budgets() {
             for upto in (16..=3000).step_by(16) {
                 let view = prefill.wait(table, upto).unwrap();
                 let from = view.first_token() as usize;
-                let want: Vec<u8> = (from..upto as usize)
-                    .flat_map(|t| ids[(t * 2 + table) * cols..][..cols].to_vec())
-                    .flat_map(|r| row_bytes_of(table, u64::from(r)))
-                    .collect();
+                let want = expected(&ids, cols, table, from..upto as usize);
                 assert!(view.to_vec() == want, "table {table} tokens {from}..{upto}");
                 peak = peak.max(prefill.held_bytes());
                 assert!(
@@ -250,7 +261,7 @@ fn a_full_ring_and_store_go_on_warming_the_page_cache_unless_told_not_to() {
         within(LIMIT, move || {
             let mut seq = engine.sequence();
             let cols = seq.rows_per_token();
-            let tokens: Vec<u32> = (0..2000u32).map(|i| (i * 7919 + 11) % VOCAB).collect();
+            let tokens = prompt(2000);
             let ids = seq.row_ids(&tokens, None).unwrap();
             let mut prefill = seq.prefill(&tokens, None).unwrap();
             for upto in (16..=2000).step_by(16) {
@@ -267,10 +278,7 @@ fn a_full_ring_and_store_go_on_warming_the_page_cache_unless_told_not_to() {
             for upto in (16..=2000).step_by(16) {
                 let view = prefill.wait(1, upto).unwrap();
                 let from = view.first_token() as usize;
-                let want: Vec<u8> = (from..upto as usize)
-                    .flat_map(|t| ids[(t * 2 + 1) * cols..][..cols].to_vec())
-                    .flat_map(|r| row_bytes_of(1, u64::from(r)))
-                    .collect();
+                let want = expected(&ids, cols, 1, from..upto as usize);
                 assert!(view.to_vec() == want, "table 1 tokens {from}..{upto}");
             }
             drop(prefill);
@@ -310,7 +318,7 @@ fn a_chunk_order_reads_every_tables_first_chunk_before_the_next_chunk() {
         let probe = source.clone();
         within(LIMIT, move || {
             let mut seq = engine.sequence();
-            let tokens: Vec<u32> = (0..64u32).map(|i| (i * 7919 + 11) % VOCAB).collect();
+            let tokens = prompt(64);
             let mut prefill = seq.prefill(&tokens, None).unwrap();
             prefill.wait(0, 16).unwrap();
             // The layers between the two Engram layers.
@@ -325,4 +333,44 @@ fn a_chunk_order_reads_every_tables_first_chunk_before_the_next_chunk() {
             }
         });
     }
+}
+
+/// A wait whose rows are ready wakes no reader when the readers are well
+/// ahead: the ring room it frees is read all the same, by the pool's poll
+/// of the parked prefill, while the consumer does not wait again.
+#[test]
+fn ring_room_a_ready_wait_frees_is_read_without_another_wait() {
+    let source = source();
+    let engine = engine_without_store(&source, |c| {
+        c.ring_chunks = 4; // 64 tokens: a consumer 16 in is 48 behind
+        c.warm_page_cache = false;
+    });
+    within(LIMIT, move || {
+        let mut seq = engine.sequence();
+        let tokens = prompt(256);
+        let (cols, ids) = (seq.rows_per_token(), seq.row_ids(&tokens, None).unwrap());
+        let mut prefill = seq.prefill(&tokens, None).unwrap();
+        prefill.wait(0, 16).unwrap();
+        // Both rings full: nothing in flight, the prefill is parked.
+        while (0..2).any(|t| prefill.ready_tokens(t) < Some(64)) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            prefill.ready_tokens(0),
+            Some(64),
+            "the ring bounds the reader"
+        );
+        // Ready: it frees tokens 0..16 (room up to 80) and returns at once,
+        // 32 tokens behind the reader, more than a ring chunk.
+        prefill.wait(0, 32).unwrap();
+        while prefill.ready_tokens(0) < Some(80) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The rest reads as usual, exact.
+        for upto in (48..=256).step_by(16) {
+            let view = prefill.wait(0, upto).unwrap();
+            let want = expected(&ids, cols, 0, upto as usize - 16..upto as usize);
+            assert!(view.to_vec() == want, "tokens up to {upto}");
+        }
+    });
 }

@@ -39,10 +39,11 @@
 mod job;
 mod rows;
 mod sched;
+mod waits;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::pool::PoolShared;
 use super::source::RowSource;
@@ -54,6 +55,7 @@ use crate::{Error, Result};
 use job::TableJob;
 pub(crate) use rows::PromptRows;
 use sched::PrefillCore;
+use waits::Waits;
 
 /// How a prefill's rows are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,20 +93,11 @@ pub(crate) struct Plan {
     pub order: PrefillOrder,
 }
 
-/// Per-table consumer state of a prefill.
-struct Consumer {
-    /// End of the last view returned (start of the next).
-    upto: u32,
-    /// (from, upto, stall per token in ns) of each wait, for the per-token
-    /// total over tables.
-    stalls: Vec<(u32, u32, u64)>,
-}
-
 /// A running prefill of one sequence. Dropping it cancels its readers and
 /// joins them before the ring buffers are freed.
 pub struct Prefill<'s> {
     core: Arc<PrefillCore>,
-    consumers: Vec<Consumer>,
+    waits: Waits,
     stats: Arc<StatsRecorder>,
     _sequence: std::marker::PhantomData<&'s mut ()>,
 }
@@ -135,12 +128,7 @@ impl<'s> Prefill<'s> {
         }
         Prefill {
             core,
-            consumers: (0..tables)
-                .map(|_| Consumer {
-                    upto: 0,
-                    stalls: Vec::new(),
-                })
-                .collect(),
+            waits: Waits::new(tables),
             stats: setup.stats.clone(),
             _sequence: std::marker::PhantomData,
         }
@@ -184,32 +172,35 @@ impl<'s> Prefill<'s> {
     /// and offset) or [`Error::Cancelled`].
     pub fn wait(&mut self, table: usize, upto: u32) -> Result<RowsView<'_>> {
         let from = self.check_wait(table, upto)?;
-        let core = self.core.clone();
-        let job = &core.jobs[table];
-        if core.pool.is_shutdown() && job.ready.count() < upto {
-            return Err(Error::Cancelled); // the engine is gone
-        }
-        // Release the previous view's slots, then let the reader use them.
-        job.released.store(from, Ordering::Release);
-        job.consumed.store(upto, Ordering::Relaxed);
-        job.consumer_started.store(true, Ordering::Relaxed);
-        core.learn_span(upto);
         let started = Instant::now();
-        let result = match core.plan.mode {
-            Mode::Overlap => {
-                let target = if core.plan.whole_table {
-                    core.plan.tokens // pipeline off: the whole table
-                } else {
-                    upto
-                };
-                blocking_wait(&core, job, target)
+        let core = &self.core;
+        let job = &core.jobs[table];
+        let target = match core.plan.mode {
+            Mode::Overlap if core.plan.whole_table => core.plan.tokens, // pipeline off
+            _ => upto,
+        };
+        let result = match job.ready.try_wait(target) {
+            // Ready: no lock, no wake on this thread (see `room_freed`).
+            Some(done) if core.plan.mode == Mode::Overlap => {
+                release(core, job, from, upto);
+                done.map(|_| core.room_freed(job, upto))
             }
-            Mode::AtWait => read_at_wait(job, upto),
+            _ if core.pool.is_shutdown() && job.ready.count() < upto => {
+                return Err(Error::Cancelled); // the engine is gone
+            }
+            _ => {
+                release(core, job, from, upto);
+                match core.plan.mode {
+                    Mode::Overlap => {
+                        blocking_wait(core, job, target, || self.waits.flush(&self.stats))
+                    }
+                    Mode::AtWait => read_at_wait(job, upto),
+                }
+            }
         };
         let stall = started.elapsed();
         result?;
-        self.consumers[table].upto = upto;
-        self.record(table, from, upto, stall);
+        self.waits.push(table, from, upto, stall);
         Ok(view(&self.core.jobs[table], from, upto))
     }
 
@@ -220,14 +211,13 @@ impl<'s> Prefill<'s> {
     }
 
     fn check_wait(&self, table: usize, upto: u32) -> Result<u32> {
-        let Some(consumer) = self.consumers.get(table) else {
+        let Some(from) = self.waits.upto(table) else {
             return Err(Error::InvalidArgument(format!(
                 "table {table} out of range (the model has {})",
-                self.consumers.len()
+                self.waits.tables()
             )));
         };
         let plan = self.core.plan;
-        let from = consumer.upto;
         if upto < from || upto > plan.tokens {
             return Err(Error::InvalidArgument(format!(
                 "wait(table {table}, upto {upto}): upto must be in {from}..={} (waits advance)",
@@ -244,56 +234,35 @@ impl<'s> Prefill<'s> {
         }
         Ok(from)
     }
-
-    fn record(&mut self, table: usize, from: u32, upto: u32, stall: Duration) {
-        let tokens = u64::from(upto - from);
-        self.stats.record_wait(Phase::Prefill, table, tokens, stall);
-        let ns = u64::try_from(stall.as_nanos()).unwrap_or(u64::MAX);
-        if let Some(per) = ns.checked_div(tokens) {
-            self.consumers[table].stalls.push((from, upto, per));
-        }
-    }
-
-    /// Records each token's stall summed over the tables.
-    fn record_token_totals(&self) {
-        let mut bounds: Vec<u32> = self
-            .consumers
-            .iter()
-            .flat_map(|c| c.stalls.iter().flat_map(|&(a, b, _)| [a, b]))
-            .collect();
-        bounds.sort_unstable();
-        bounds.dedup();
-        for w in bounds.windows(2) {
-            let (a, b) = (w[0], w[1]);
-            let mut covered = false;
-            let mut total = 0u64;
-            for c in &self.consumers {
-                for &(s, e, per) in &c.stalls {
-                    if s <= a && b <= e {
-                        covered = true;
-                        total = total.saturating_add(per);
-                    }
-                }
-            }
-            if covered {
-                self.stats.record_token_total(
-                    Phase::Prefill,
-                    Duration::from_nanos(total),
-                    u64::from(b - a),
-                );
-            }
-        }
-    }
 }
 
 impl Drop for Prefill<'_> {
     fn drop(&mut self) {
         self.core.cancel_and_join();
-        self.record_token_totals();
+        self.waits.flush(&self.stats);
+        self.waits.record_token_totals(&self.stats);
     }
 }
 
-fn blocking_wait(core: &Arc<PrefillCore>, job: &TableJob, target: u32) -> Result<()> {
+/// Releases the previous view's slots of `job` (the readers may overwrite
+/// them from now on) and says how far the consumer has got.
+fn release(core: &PrefillCore, job: &TableJob, from: u32, upto: u32) {
+    job.released.store(from, Ordering::Release);
+    job.consumed.store(upto, Ordering::Relaxed);
+    if !job.consumer_started.load(Ordering::Relaxed) {
+        job.consumer_started.store(true, Ordering::Relaxed);
+    }
+    core.learn_span(upto);
+}
+
+/// Waits for `target` tokens of `job`, scheduling first; `before_blocking`
+/// runs once the reads it needs are handed out, if it has to block.
+fn blocking_wait(
+    core: &Arc<PrefillCore>,
+    job: &TableJob,
+    target: u32,
+    before_blocking: impl FnOnce(),
+) -> Result<()> {
     // The released slots may let a parked table go on.
     core.try_schedule();
     if let Some(done) = job.ready.try_wait(target) {
@@ -302,6 +271,7 @@ fn blocking_wait(core: &Arc<PrefillCore>, job: &TableJob, target: u32) -> Result
     job.waited_on.store(true, Ordering::Relaxed);
     // Re-pick with this table marked urgent.
     core.try_schedule();
+    before_blocking();
     let result = job.ready.wait(target).map(drop);
     job.waited_on.store(false, Ordering::Relaxed);
     result

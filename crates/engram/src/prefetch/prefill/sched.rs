@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::super::guard::{panic_message, Leaving, PanicSite};
-use super::super::pool::{PoolShared, Task};
+use super::super::pool::{Parked, PoolShared, Task};
 use super::super::ready::InFlight;
 use super::super::sync::lock_std as lock;
 use super::job::TableJob;
@@ -101,9 +101,13 @@ impl PrefillCore {
 
     /// Records the span of the consumer's first wait, `upto` tokens.
     pub(super) fn learn_span(&self, upto: u32) {
-        let _ = self
-            .span
-            .compare_exchange(0, upto, Ordering::Relaxed, Ordering::Relaxed);
+        // A plain load first: every later wait finds it set, and a read-only
+        // check keeps the line shared with the readers that rank by it.
+        if self.span.load(Ordering::Relaxed) == 0 {
+            let _ = self
+                .span
+                .compare_exchange(0, upto, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
     /// Rank of the batch of `table` starting at `start` (lowest first):
@@ -188,11 +192,42 @@ impl PrefillCore {
     }
 
     /// Queues the most urgent batches the limits allow: a table not busy,
-    /// with ring room, by [`PrefillCore::rank`].
+    /// with ring room, by [`PrefillCore::rank`]; if that leaves nothing in
+    /// flight while ring tokens are left, the pool polls the prefill until
+    /// its consumer frees room ([`Parked`]).
     pub(super) fn try_schedule(self: &Arc<Self>) {
+        if self.schedule() {
+            let weak: std::sync::Weak<PrefillCore> = Arc::downgrade(self);
+            self.pool.park(self.id, weak);
+        }
+    }
+
+    /// After a wait whose rows were ready: the room it freed is left to the
+    /// batch in flight (which schedules again as it finishes) or to the
+    /// pool's poll of the parked prefill, unless the readers are idle and
+    /// less than a ring chunk ahead of the consumer, when this schedules
+    /// (and wakes a reader) now. A wake that a ready wait skips this way
+    /// only delays reads that are not needed yet: a consumer that blocks
+    /// schedules first ([`super::blocking_wait`]).
+    pub(super) fn room_freed(self: &Arc<Self>, job: &TableJob, upto: u32) {
+        // The table's own line first: a consumer well behind its readers
+        // touches nothing else.
+        let ready = job.ready.count();
+        if ready >= job.plan.tokens || ready.saturating_sub(upto) >= job.plan.chunk {
+            return;
+        }
+        if !self.flight.busy() {
+            self.try_schedule();
+        }
+    }
+
+    /// [`PrefillCore::try_schedule`] without parking; true if the prefill
+    /// is parked (nothing in flight, ring tokens left unscheduled).
+    fn schedule(self: &Arc<Self>) -> bool {
         // Tasks are submitted after the lock is released: a pool that is
         // shutting down abandons a task at once, and abandoning takes it.
         let mut ready = Vec::new();
+        let parked;
         {
             let mut s = lock(&self.sched);
             while !s.stopped && s.in_flight < self.plan.in_flight {
@@ -221,10 +256,14 @@ impl PrefillCore {
                     end,
                 });
             }
+            parked = !s.stopped
+                && s.in_flight == 0
+                && (0..self.jobs.len()).any(|t| !s.failed[t] && s.next[t] < self.plan.tokens);
         }
         for task in ready {
             self.pool.submit_demand(Box::new(task));
         }
+        parked
     }
 
     fn finish_batch(self: &Arc<Self>, table: usize, kind: Kind, result: Result<u32>) {
@@ -269,8 +308,15 @@ impl PrefillCore {
         for job in &self.jobs {
             job.ready.cancel();
         }
+        self.pool.unpark(self.id);
         self.pool.cancel_owner(self.id);
         self.flight.wait_idle();
+    }
+}
+
+impl Parked for PrefillCore {
+    fn repoll(self: Arc<Self>) -> bool {
+        self.schedule()
     }
 }
 
