@@ -348,11 +348,10 @@ impl Ds4Prefill {
     }
 
     /// Sleep-polls the ready counter of `table` until it reaches `upto`.
-    fn poll(&self, table: usize, upto: u32) -> Result<Duration> {
-        let started = Instant::now();
+    fn poll(&self, table: usize, upto: u32) -> Result<()> {
         loop {
             if self.shared.ready[table].load(Ordering::Acquire) >= upto {
-                return Ok(started.elapsed());
+                return Ok(());
             }
             if let Some(error) = self.shared.stored_error() {
                 return Err(error);
@@ -360,7 +359,7 @@ impl Ds4Prefill {
             if self.shared.finished.load(Ordering::Acquire) {
                 // Recheck: the reader may have published just before ending.
                 if self.shared.ready[table].load(Ordering::Acquire) >= upto {
-                    return Ok(started.elapsed());
+                    return Ok(());
                 }
                 return Err(self.shared.stored_error().unwrap_or(Error::Cancelled));
             }
@@ -400,9 +399,14 @@ impl PrefillRun for Ds4Prefill {
     }
 
     fn wait(&mut self, table: usize, upto: u32, rows: Option<&mut Vec<f32>>) -> Result<Duration> {
+        // The whole call, as the engine's wait is timed: the peer's wait
+        // also hands table 0's used slots over (`promote`, a lock and a
+        // wake) and checks its range before it polls.
+        let started = Instant::now();
         self.promote();
         let from = self.check_wait(table, upto)?;
-        let stall = self.poll(table, upto)?;
+        self.poll(table, upto)?;
+        let stall = started.elapsed();
         self.waited[table] = upto;
         if let Some(rows) = rows {
             self.decode(table, from..upto, rows)?;
