@@ -13,11 +13,12 @@
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::guard::PanicSwitch;
+use super::sync::lock_std as lock;
 use crate::io::threads::ReaderSched;
 
 /// A unit of work for a pool thread.
@@ -95,21 +96,7 @@ pub(crate) struct Pool {
     threads: Vec<JoinHandle<()>>,
 }
 
-fn lock(q: &Mutex<Queues>) -> MutexGuard<'_, Queues> {
-    match q.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
-
 type ParkedList = Vec<(u64, Weak<dyn Parked>)>;
-
-fn lock_parked(p: &Mutex<ParkedList>) -> MutexGuard<'_, ParkedList> {
-    match p.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
 
 #[derive(Clone, Copy)]
 enum Role {
@@ -272,7 +259,7 @@ impl PoolShared {
     /// general thread polls it.
     pub(crate) fn park(&self, owner: u64, job: Weak<dyn Parked>) {
         {
-            let mut parked = lock_parked(&self.parked);
+            let mut parked = lock(&self.parked);
             if parked.iter().all(|(id, _)| *id != owner) {
                 parked.push((owner, job));
             }
@@ -288,14 +275,14 @@ impl PoolShared {
     /// Takes `owner` off the parked list; once this returns, no poll holds
     /// the job.
     pub(crate) fn unpark(&self, owner: u64) {
-        let mut parked = lock_parked(&self.parked);
+        let mut parked = lock(&self.parked);
         parked.retain(|(id, _)| *id != owner);
         self.any_parked.store(!parked.is_empty(), Ordering::Relaxed);
     }
 
     /// Repolls every parked job, keeping those still parked.
     fn poll_parked(&self) {
-        let mut parked = lock_parked(&self.parked);
+        let mut parked = lock(&self.parked);
         parked.retain(|(_, job)| job.upgrade().is_some_and(|job| job.repoll()));
         self.any_parked.store(!parked.is_empty(), Ordering::Relaxed);
     }
