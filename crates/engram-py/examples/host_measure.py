@@ -172,9 +172,22 @@ def spread(values: list) -> dict:
     return {"median": statistics.median(values), "min": values[0], "max": values[-1]}
 
 
+def best_of(runs: dict, names: tuple, phase: str) -> list:
+    """Per repeat, the highest tok/s of the named schedules that ran."""
+    ran = [runs[n] for n in names if runs.get(n)]
+    return [max(r[phase]["tok_s"] for r in same) for same in zip(*ran)] if ran else []
+
+
+def share(rs: list, floors: list, phase: str) -> dict:
+    return spread([r[phase]["tok_s"] / f for r, f in zip(rs, floors) if f])
+
+
 def summarize(runs: dict, args) -> list:
     """Per schedule: medians (and min-max) over the repeats, tok/s as a share
-    of `resident` taken within each repeat."""
+    of `resident` taken within each repeat, and of the faster of `resident`
+    and `pinned` (`of_floor`): on the H200, `resident`'s decode ran 8-10%
+    slower than `pinned`'s with the same graphs and the same result
+    (docs/gpu.md, seventh round), so `resident` alone is no floor there."""
     floor = runs.get("resident")
     rows = []
     for schedule, rs in runs.items():
@@ -182,13 +195,13 @@ def summarize(runs: dict, args) -> list:
         for phase in ("prefill", "decode"):
             tok = [r[phase]["tok_s"] for r in rs]
             row[f"{phase}_tok_s"] = spread(tok)["median"]
-            if floor:
-                ratios = [r[phase]["tok_s"] / f[phase]["tok_s"] for r, f in zip(rs, floor)
-                          if f[phase]["tok_s"]]
-                sp = spread(ratios)
-                row[f"{phase}_of_resident"] = sp["median"]
-                row[f"{phase}_of_resident_min"] = sp["min"]
-                row[f"{phase}_of_resident_max"] = sp["max"]
+            for name, floors in (("resident", best_of(runs, ("resident",), phase)),
+                                 ("floor", best_of(runs, ("resident", "pinned"), phase))):
+                if floors:
+                    sp = share(rs, floors, phase)
+                    row[f"{phase}_of_{name}"] = sp["median"]
+                    row[f"{phase}_of_{name}_min"] = sp["min"]
+                    row[f"{phase}_of_{name}_max"] = sp["max"]
             if "stall" in rs[0][phase]:
                 per_token = [r[phase]["stall"]["per_token_us"] for r in rs]
                 for key in ("mean_us", "p50_us", "p99_us"):

@@ -13,7 +13,9 @@ stream waits on that event right before the Engram block. In decode the host
 calls ``step_begin`` as soon as the sampled token is on the host.
 
 Schedules:
-  resident  the rows gathered on the GPU from a device copy (no storage): the floor
+  resident  the rows gathered on the GPU from a device copy (no storage): meant as
+            the floor, but on the H200 its decode ran slower than pinned's, so
+            the summary's ``of_floor`` is against the faster of the two
   pinned    the rows gathered on the host from a memory copy, then moved as the
             engine's are (no storage, no engine): what the copy path costs
   sync      the engine with prefetch off: rows read at the layer, then copied
@@ -406,11 +408,17 @@ def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:
         # The runtime knows its sweep, and says so (--open may override it).
         options = {"prefill_order": "chunk" if args.sweep == "chunk" else "auto",
                    **args.open_options}
+        if args.host_cpu is not None:
+            # The engine's threads, made at open, take the creating thread's
+            # CPUs: every CPU but the forward thread's.
+            os.sched_setaffinity(0, args.cpus - {args.host_cpu})
         engine = engram.open(args.model, format=args.rows, direct=args.direct,
                              prefetch=schedule != "sync",
                              cache_bytes=args.cache_mib << 20 if schedule == "full" else 0,
                              **options)
         seq = engine.sequence()
+    if args.host_cpu is not None:
+        os.sched_setaffinity(0, {args.host_cpu})  # this (the forward) thread only
     cpu0 = engine_threads_cpu_s()
     prefill = host.prefill(seq)
     prefill["gpu_wait_ms"] = host.gpu_wait_ms() if host.copy is not None else None
@@ -426,6 +434,8 @@ def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:
         seq.close()
         engine.close()
     del host
+    if args.host_cpu is not None:
+        os.sched_setaffinity(0, args.cpus)  # the caller's CPUs back
     gc.collect()  # whatever else holds a decoder: free it before the next one
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -480,6 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--direct", action="store_true")
     p.add_argument("--cold", action="store_true")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--host-cpu", type=int,
+                   help="run the forward thread on this CPU alone and the engine's threads "
+                        "on the others (Linux)")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--no-side-stream", dest="side_stream", action="store_false",
                    help="copy rows on the compute stream, synchronously (a check of the copy path)")
@@ -507,6 +520,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.use_deterministic_algorithms(True, warn_only=True)
 
+    if args.host_cpu is not None:
+        args.cpus = os.sched_getaffinity(0)
+        if args.host_cpu not in args.cpus or len(args.cpus) < 2:
+            p.error(f"--host-cpu {args.host_cpu}: this process may run on CPUs "
+                    f"{sorted(args.cpus)}; it needs that one and at least one other")
     args.sizes = profile_sizes(args)
     args.open_options = open_options(args.open)
     tokens = load_tokens(args)

@@ -5,6 +5,7 @@ the device machine's runs are in docs/gpu.md)."""
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 
@@ -95,7 +96,7 @@ def test_the_hash_depends_on_the_rows(model, tokens_file):
         model=str(model), tokens=str(tokens_file), profile="tiny", layers=16, prefill=300,
         decode=12, ubatch=128, sweep="layer", draft=0.79, cache_mib=16, direct=False,
         cold=False, seed=1, device="cpu", repeat=1, side_stream=True, ffn=None, layer_us=None,
-        graphs=True, open_options={}, rows="f32")
+        graphs=True, open_options={}, rows="f32", host_cpu=None)
     ns.sizes = torch_host.profile_sizes(ns)
     tokens = torch_host.load_tokens(ns)[:313]
     with engram.open(model) as probe:
@@ -168,3 +169,43 @@ def test_a_finished_host_frees_its_decoder(model, tokens_file):
         assert decoder() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux CPU affinity and two CPUs")
+def test_host_cpu_keeps_the_engine_threads_off_the_forward_threads_cpu(model, tokens_file,
+                                                                      tmp_path, monkeypatch):
+    """--host-cpu: the engine's threads (made at open) run on the other
+    CPUs, the forward thread on that one alone while it runs, the caller's
+    CPUs come back after; the hashes are those of an unpinned run."""
+    cpus = os.sched_getaffinity(0)
+    host_cpu = max(cpus)
+    seen = {}
+    real_open = engram.open
+
+    def open_and_look(*args, **kwargs):
+        engine = real_open(*args, **kwargs)
+        seen["engine"] = os.sched_getaffinity(0)  # what the engine's threads took
+        return engine
+
+    monkeypatch.setattr(torch_host.engram, "open", open_and_look)
+    real_prefill = torch_host.Host.prefill
+
+    def prefill_and_look(self, seq):
+        seen["forward"] = os.sched_getaffinity(0)
+        return real_prefill(self, seq)
+
+    monkeypatch.setattr(torch_host.Host, "prefill", prefill_and_look)
+    docs = []
+    for more in ([], ["--host-cpu", str(host_cpu)]):
+        out = tmp_path / f"host{len(more)}.json"
+        assert torch_host.main(args_for(model, tokens_file, out, "--schedule", "overlap",
+                                        *more)) == 0
+        docs.append(json.loads(out.read_text()))
+    assert seen == {"engine": cpus - {host_cpu}, "forward": {host_cpu}}
+    assert os.sched_getaffinity(0) == cpus
+    assert ({r["decode"]["checksum"] for r in docs[0]["results"]}
+            == {r["decode"]["checksum"] for r in docs[1]["results"]})
+    with pytest.raises(SystemExit):
+        torch_host.main(args_for(model, tokens_file, tmp_path / "bad.json",
+                                 "--host-cpu", str(max(cpus) + 1000)))
