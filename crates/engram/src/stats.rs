@@ -70,7 +70,9 @@ pub struct TableStats {
     pub waits: u64,
     /// Tokens those waits covered.
     pub tokens: u64,
-    /// Total time blocked in those waits, microseconds.
+    /// Total time blocked in those waits, microseconds (a prefill wait
+    /// that found its rows ready did not block: it adds no time, and its
+    /// call costs about a microsecond).
     pub stall_total_us: f64,
     /// Stall per token (each wait's stall spread over its tokens).
     pub stall_per_token: Summary,

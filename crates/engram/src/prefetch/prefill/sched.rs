@@ -209,11 +209,11 @@ impl PrefillCore {
     /// (and wakes a reader) now. A wake that a ready wait skips this way
     /// only delays reads that are not needed yet: a consumer that blocks
     /// schedules first ([`super::blocking_wait`]).
-    pub(super) fn room_freed(self: &Arc<Self>, job: &TableJob, upto: u32) {
-        // The table's own line first: a consumer well behind its readers
-        // touches nothing else.
-        let ready = job.ready.count();
-        if ready >= job.plan.tokens || ready.saturating_sub(upto) >= job.plan.chunk {
+    ///
+    /// `ready` is the table's count the wait saw: a consumer well behind
+    /// its readers touches nothing but the plan its wait already read.
+    pub(super) fn room_freed(self: &Arc<Self>, ready: u32, upto: u32) {
+        if ready >= self.plan.tokens || ready.saturating_sub(upto) >= self.plan.chunk {
             return;
         }
         if !self.flight.busy() {
