@@ -42,17 +42,35 @@ class Timeline:
             event.record(self.stream)
             self.marks.append((label, event))
 
-    def totals_ms(self) -> dict:
-        """GPU milliseconds per label since the first mark; clears the marks."""
+    def intervals_ms(self) -> list:
+        """(label, GPU milliseconds since the mark before) for every mark
+        after the first, in order; clears the marks."""
         if not self.marks:
-            return {}
+            return []
         self.marks[-1][1].synchronize()
-        out = {}
-        for (_, a), (label, b) in zip(self.marks, self.marks[1:]):
-            out[label] = out.get(label, 0.0) + a.elapsed_time(b)
+        out = [(label, a.elapsed_time(b))
+               for (_, a), (label, b) in zip(self.marks, self.marks[1:])]
         self.free += [event for _, event in self.marks]
         self.marks.clear()
         return out
+
+    def totals_ms(self) -> dict:
+        """GPU milliseconds per label since the first mark; clears the marks."""
+        return totals(self.intervals_ms())
+
+
+def totals(intervals: list) -> dict:
+    """Per label, the sum of its intervals' milliseconds."""
+    out = {}
+    for label, ms in intervals:
+        out[label] = out.get(label, 0.0) + ms
+    return out
+
+
+def series(intervals: list, label: str) -> list:
+    """The milliseconds of `label`'s intervals, in order (a prefill's
+    Engram layer: one per chunk, in the order the chunks ran)."""
+    return [ms for name, ms in intervals if name == label]
 
 
 class HostClock:

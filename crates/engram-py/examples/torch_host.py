@@ -55,7 +55,8 @@ import torch  # noqa: E402
 import engram
 
 from host_measure import (GcClock, HostClock, Timeline, engine_threads_cpu_s,  # noqa: E402
-                          evict, open_options, stall_summary, summarize, wait_profile)
+                          evict, open_options, series, stall_summary, summarize, totals,
+                          wait_profile)
 from torch_model import (PROFILES, RAW_ENCODING, RAW_ROW_BYTES, ROW_DIM, Decoder,  # noqa: E402
                          calibrate_ffn, rmsnorm)
 
@@ -281,8 +282,13 @@ class Host:
         wall = time.perf_counter() - started
         if pf is not None:
             pf.end()
+        intervals = self.timeline.intervals_ms()
         return {"wall_s": wall, "tok_s": n / wall, "checksum": digest.hexdigest(),
-                "waits": wait_profile(self.waits, ub), "gpu_ms": self.timeline.totals_ms()}
+                "waits": wait_profile(self.waits, ub), "gpu_ms": totals(intervals),
+                # Each Engram layer's GPU time per chunk: against `resident`'s,
+                # where in the prompt the GPU idled for rows.
+                "gpu_engram_ms_by_chunk": {str(t): series(intervals, f"engram{t}")
+                                           for t in range(len(self.engram_layers))}}
 
     def decode(self, seq) -> dict:
         n, k = self.args.prefill, self.args.decode
