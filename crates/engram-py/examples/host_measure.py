@@ -197,13 +197,14 @@ def best_of(runs: dict, names: tuple, phase: str) -> list:
 
 
 def share(rs: list, floors: list, phase: str) -> dict:
+    """Median and min-max of each repeat's tok/s over that repeat's floor."""
     return spread([r[phase]["tok_s"] / f for r, f in zip(rs, floors) if f])
 
 
 def summarize(runs: dict, args) -> list:
     """Per schedule: medians (and min-max) over the repeats, tok/s as a share
     of `resident` taken within each repeat, and of the faster of `resident`
-    and `pinned` (`of_floor`): on the H200, `resident`'s decode ran 8-10%
+    and `pinned` (`of_floor`): on the H200, `resident`'s decode ran 3-10%
     slower than `pinned`'s with the same graphs and the same result
     (docs/gpu.md, seventh round), so `resident` alone is no floor there."""
     floor = runs.get("resident")

@@ -374,3 +374,29 @@ fn ring_room_a_ready_wait_frees_is_read_without_another_wait() {
         }
     });
 }
+
+/// A wait whose rows are ready did not block: it adds no stall (and reads
+/// no clock), while its tokens still count.
+#[test]
+fn a_wait_whose_rows_are_ready_records_no_stall() {
+    let source = source();
+    let engine = engine_without_store(&source, |c| {
+        c.ring_chunks = 4; // 64 tokens: the whole prompt fits the ring
+        c.warm_page_cache = false;
+    });
+    within(LIMIT, move || {
+        let mut seq = engine.sequence();
+        let tokens = prompt(64);
+        let mut prefill = seq.prefill(&tokens, None).unwrap();
+        while prefill.ready_tokens(0) < Some(64) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for upto in (16..=64).step_by(16) {
+            prefill.wait(0, upto).unwrap();
+        }
+        drop(prefill);
+        let table = seq.stats().prefill.tables[0].clone();
+        assert_eq!((table.waits, table.tokens), (4, 64));
+        assert_eq!(table.stall_total_us, 0.0, "{table:?}");
+    });
+}

@@ -178,23 +178,25 @@ impl<'s> Prefill<'s> {
             Mode::Overlap if core.plan.whole_table => core.plan.tokens, // pipeline off
             _ => upto,
         };
-        let stall = match job.ready.try_wait(target) {
-            // Ready: no lock, no wake (see `room_freed`) and no clock read
-            // on this thread. It did not block, so it records no stall: on a
-            // virtual machine's cold cache the two clock reads had been
-            // about 0.5 us of a 1-2 us ready wait.
-            Some(done) if core.plan.mode == Mode::Overlap => {
-                release(core, job, from, upto);
-                let ready = done?;
-                core.room_freed(ready, upto);
-                Duration::ZERO
-            }
+        // Ready: no lock, no wake (see `room_freed`) and no clock read on
+        // this thread. It did not block, so it records no stall: on a
+        // virtual machine's cold cache the two clock reads had been about
+        // 0.5 us of a 1-2 us ready wait.
+        let ready = match job.ready.try_wait(target) {
+            Some(done) if core.plan.mode == Mode::Overlap => Some(done),
             _ if core.pool.is_shutdown() && job.ready.count() < upto => {
                 return Err(Error::Cancelled); // the engine is gone
             }
-            _ => {
+            _ => None,
+        };
+        release(core, job, from, upto);
+        let stall = match ready {
+            Some(done) => {
+                core.room_freed(done?, upto);
+                Duration::ZERO
+            }
+            None => {
                 let started = Instant::now();
-                release(core, job, from, upto);
                 let result = match core.plan.mode {
                     Mode::Overlap => {
                         blocking_wait(core, job, target, || self.waits.flush(&self.stats))
