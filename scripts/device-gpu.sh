@@ -2,7 +2,8 @@
 # The engine inside a real PyTorch forward pass on the device machine's GPU
 # (docs/gpu.md): crates/engram-py/examples/torch_host.py under its four
 # schedules, for the `mac` and `flash` layer profiles, in the layer and the
-# chunk sweep, then the replay bench's `ds4` / `ds4-linux` / `overlap` on the
+# chunk sweep (each against the prefill floor on the GPU's own times),
+# then the replay bench's `ds4` / `ds4-linux` / `overlap` on the
 # same prompt with the GPU's measured per-layer times as its compute model.
 #
 #   scripts/device-gpu.sh ENGRAM_BIN WHEEL PROMPT
@@ -49,6 +50,12 @@ if [ ! -f "$model" ]; then
     "$bin" synth --preset deepseek-v4.1-flash --scale "$scale" --out "$work/s$scale" >&2
 fi
 stamp "model ready"
+# The device's random 4 KiB read rate (the replay bench's probe, cached per
+# file and machine): the hosts' summaries give the prefill floor with it.
+iops=$("$bin" bench --model "$model" --prompt "$prompt" --prefill 512 --decode 0 \
+    --schedule overlap --repeat 1 --json 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["device"]["iops"])')
+stamp "device: $iops random reads/s"
 
 for profile in $profiles; do
     for sweep in $sweeps; do
@@ -57,7 +64,7 @@ for profile in $profiles; do
         stamp "torch_host --profile $profile --sweep $sweep"
         python3 "$host" --model "$model" --prompt "$prompt" --profile "$profile" \
             --sweep "$sweep" --prefill "$prefill" --decode "$steps" --cold \
-            --repeat "$repeat" ${HOST_ARGS:-} --json "$out/host-$profile-$sweep.json" \
+            --repeat "$repeat" --device-iops "$iops" ${HOST_ARGS:-} --json "$out/host-$profile-$sweep.json" \
             > "$out/host-$profile-$sweep.log" 2>&1 || { echo "device-gpu: torch_host failed" >&2; failed=1; }
         tail -n 6 "$out/host-$profile-$sweep.log" >&2
     done

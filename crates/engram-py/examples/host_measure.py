@@ -119,6 +119,76 @@ class GcClock:
         return False
 
 
+def unique_reads(ids, info) -> list:
+    """Per table, the reads tokens `[0, n)` need, at index `n`: the row ids
+    `ids` (`[token][table][column]`) with rows whose bytes start in the same
+    4 KiB page of the table's file counted as one read, as the engine's
+    page coalescing reads them (the replay bench's count, engram-replay's
+    `floor.rs`)."""
+    import numpy as np
+    tokens, tables, columns = ids.shape
+    out = []
+    for t in range(tables):
+        offsets = ids[:, t, :].astype(np.int64) * int(info.stored_row_bytes[t])
+        pages = (offsets + int(info.table_offsets[t])) // 4096
+        _, first = np.unique(pages.reshape(-1), return_index=True)
+        new = np.bincount(first // columns, minlength=tokens)
+        out.append([0] + np.cumsum(new).tolist())
+    return out
+
+
+def wait_points(order: list, intervals: list, engram_layers: dict, reads: list) -> list:
+    """Each Engram layer of a prefill as the GPU met it, for the floor:
+    `order` is the sweep's `(layer, (lo, hi))` in the order they ran and
+    `intervals` their GPU times (one per entry, `Timeline.intervals_ms`),
+    `reads` from `unique_reads`. Per Engram layer: its table, the tokens it
+    needs (`upto`), the GPU milliseconds before it (`before_ms`) and the
+    reads every table needs so far (`reads`). Empty without a timeline."""
+    if len(intervals) != len(order):
+        return []
+    upto = [0] * len(reads)
+    points, before = [], 0.0
+    for (layer, (_, hi)), (_, ms) in zip(order, intervals):
+        table = engram_layers.get(layer)
+        if table is not None:
+            upto[table] = max(upto[table], hi)
+            points.append({"table": table, "upto": hi, "before_ms": before,
+                           "reads": sum(r[min(u, len(r) - 1)] for r, u in zip(reads, upto))})
+        before += ms
+    return points
+
+
+def floor_s(points: list, iops: float) -> float:
+    """The least prefill stall a perfect scheduler leaves on a device of
+    `iops` reads a second, with the compute of the run that gave `points`
+    (`wait_points`; take a run that did not stall, `resident`): every
+    unique read issued from the start in the order the waits need them,
+    so wait `j` cannot start before `reads_j / iops`. The replay bench's
+    floor (engram-replay's `floor.rs`) on the real GPU's times."""
+    late = [p["reads"] / iops - p["before_ms"] / 1e3 for p in points]
+    return max([0.0] + late)
+
+
+def floor_row(rs: list, resident: list, iops: float) -> dict:
+    """A schedule's prefill GPU idle for rows (its Engram layers' GPU time
+    over `resident`'s, per repeat) against the floor and the compute of
+    `resident`'s run of the same repeat."""
+    def engram_ms(r):
+        return sum(ms for label, ms in r["prefill"]["gpu_ms"].items() if label.startswith("engram"))
+
+    pairs = [(r, f) for r, f in zip(rs, resident) if f["prefill"].get("floor_points")]
+    if not pairs:
+        return {}
+    floors = [floor_s(f["prefill"]["floor_points"], iops) for _, f in pairs]
+    compute = [sum(f["prefill"]["gpu_ms"].values()) / 1e3 for _, f in pairs]
+    idle = [max(0.0, engram_ms(r) - engram_ms(f)) / 1e3 for r, f in pairs]
+    return {"prefill_floor_s": spread(floors)["median"],
+            "prefill_floor_of_compute": spread([a / c for a, c in zip(floors, compute)])["median"],
+            "prefill_gpu_idle_s": spread(idle)["median"],
+            "prefill_gpu_idle_of_compute": spread([a / c for a, c in zip(idle, compute)])["median"],
+            "prefill_gpu_idle_over_floor": spread([a / f for a, f in zip(idle, floors) if f])["median"]}
+
+
 def wait_profile(waits: list, ubatch: int) -> dict:
     """Where a prefill's host waits went: the first chunk's against the
     rest's per table, and the waits over 5 ms (table, upto, start s, s)."""
@@ -245,6 +315,8 @@ def summarize(runs: dict, args) -> list:
                     [r[phase]["host_us_per_step"][key] for r in rs])["median"]
             if rs[0][phase].get("gpu_wait_ms") is not None:
                 row[f"{phase}_gpu_wait_ms"] = spread([r[phase]["gpu_wait_ms"] for r in rs])["median"]
+        if floor and getattr(args, "device_iops", None):
+            row.update(floor_row(rs, floor, args.device_iops))
         rows.append(row)
     if floor:
         # The compute alone, per layer: for the replay bench's

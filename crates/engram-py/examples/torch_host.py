@@ -56,7 +56,7 @@ import engram
 
 from host_measure import (GcClock, HostClock, Timeline, engine_threads_cpu_s,  # noqa: E402
                           evict, open_options, series, stall_summary, summarize, totals,
-                          wait_profile)
+                          unique_reads, wait_points, wait_profile)
 from torch_model import (PROFILES, RAW_ENCODING, RAW_ROW_BYTES, ROW_DIM, Decoder,  # noqa: E402
                          calibrate_ffn, rmsnorm)
 
@@ -138,6 +138,7 @@ class Host:
         # The host's prefill waits: (table, upto, start s from the prefill's
         # start, blocked s), to tell a first-chunk stall from a steady one.
         self.waits = []
+        self.reads = unique_reads(ids, info)  # per table and prefix, for the floor
         self.phase_start = 0.0
         self.model = Decoder(args.sizes, args.layers, self.engram_layers,
                              info.rows_per_token, self.device, args.prefill + args.decode + 1,
@@ -288,7 +289,10 @@ class Host:
                 # Each Engram layer's GPU time per chunk: against `resident`'s,
                 # where in the prompt the GPU idled for rows.
                 "gpu_engram_ms_by_chunk": {str(t): series(intervals, f"engram{t}")
-                                           for t in range(len(self.engram_layers))}}
+                                           for t in range(len(self.engram_layers))},
+                # Where each Engram layer came in the GPU's time, and the reads
+                # needed by then: `resident`'s give the floor (--device-iops).
+                "floor_points": wait_points(order, intervals, self.engram_layers, self.reads)}
 
     def decode(self, seq) -> dict:
         n, k = self.args.prefill, self.args.decode
@@ -499,6 +503,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host-cpu", type=int,
                    help="run the forward thread on this CPU alone and the engine's threads "
                         "on the others (Linux)")
+    p.add_argument("--device-iops", type=float,
+                   help="the disk's random 4 KiB reads a second (the replay bench's device.iops): "
+                        "the summary gives the prefill floor on this GPU's times and each "
+                        "schedule's GPU idle against it (needs resident)")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--no-side-stream", dest="side_stream", action="store_false",
                    help="copy rows on the compute stream, synchronously (a check of the copy path)")
@@ -531,6 +539,8 @@ def main(argv=None) -> int:
         if args.host_cpu not in args.cpus or len(args.cpus) < 2:
             p.error(f"--host-cpu {args.host_cpu}: this process may run on CPUs "
                     f"{sorted(args.cpus)}; it needs that one and at least one other")
+    if args.device_iops is not None and not args.device_iops > 0:
+        p.error(f"--device-iops {args.device_iops}: expected a positive number of reads a second")
     args.sizes = profile_sizes(args)
     args.open_options = open_options(args.open)
     tokens = load_tokens(args)

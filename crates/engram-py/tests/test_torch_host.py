@@ -44,7 +44,8 @@ def test_every_schedule_hashes_alike(model, tokens_file, tmp_path, sweep):
     for rows in ("f32", "raw"):
         out = tmp_path / f"host-{rows}.json"
         assert torch_host.main(args_for(model, tokens_file, out, "--sweep", sweep, "--rows", rows,
-                                        "--schedule", ",".join(every))) == 0
+                                        "--schedule", ",".join(every),
+                                        "--device-iops", "50000")) == 0
         doc = json.loads(out.read_text())
         assert doc["args"]["rows"] == rows
         assert [r["schedule"] for r in doc["results"]] == list(every)
@@ -52,6 +53,9 @@ def test_every_schedule_hashes_alike(model, tokens_file, tmp_path, sweep):
         assert full["decode"]["stall"]["per_token_us"]["count"] == 12
         # One series per table (empty on CPU: no CUDA events to time).
         assert set(full["prefill"]["gpu_engram_ms_by_chunk"]) == {"0", "1"}
+        # And no GPU times for the floor: no floor in the summary.
+        assert full["prefill"]["floor_points"] == []
+        assert not any("floor_s" in row for row in doc["summary"])
         results += doc["results"]
     assert len({r["prefill"]["checksum"] for r in results}) == 1
     assert len({r["decode"]["checksum"] for r in results}) == 1
@@ -211,13 +215,3 @@ def test_host_cpu_keeps_the_engine_threads_off_the_forward_threads_cpu(model, to
     with pytest.raises(SystemExit):
         torch_host.main(args_for(model, tokens_file, tmp_path / "bad.json",
                                  "--host-cpu", str(max(cpus) + 1000)))
-
-
-def test_the_timeline_sums_labels_and_keeps_each_layers_series_in_order():
-    import host_measure
-    intervals = [("layers", 1.0), ("engram0", 2.0), ("layers", 0.5), ("engram1", 4.0),
-                 ("engram0", 3.0), ("engram1", 0.25)]
-    assert host_measure.totals(intervals) == {"layers": 1.5, "engram0": 5.0, "engram1": 4.25}
-    assert host_measure.series(intervals, "engram0") == [2.0, 3.0]
-    assert host_measure.series(intervals, "engram1") == [4.0, 0.25]
-    assert host_measure.series(intervals, "engram2") == []

@@ -1,0 +1,75 @@
+"""What the hosts (examples/host_measure.py) compute from a run: the
+timeline's sums and series, and the prefill floor on the GPU's own times.
+Needs no torch."""
+
+import pathlib
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+import host_measure  # noqa: E402
+
+
+def test_the_timeline_sums_labels_and_keeps_each_layers_series_in_order():
+    intervals = [("layers", 1.0), ("engram0", 2.0), ("layers", 0.5), ("engram1", 4.0),
+                 ("engram0", 3.0), ("engram1", 0.25)]
+    assert host_measure.totals(intervals) == {"layers": 1.5, "engram0": 5.0, "engram1": 4.25}
+    assert host_measure.series(intervals, "engram0") == [2.0, 3.0]
+    assert host_measure.series(intervals, "engram1") == [4.0, 0.25]
+    assert host_measure.series(intervals, "engram2") == []
+
+
+def info(row_bytes, offsets):
+    return SimpleNamespace(stored_row_bytes=row_bytes, table_offsets=offsets)
+
+
+def test_unique_reads_count_first_uses_and_rows_sharing_a_page_once():
+    # Two tables, two columns, three tokens; 8-byte rows, so rows 0..511 of
+    # table 0 share its first page. Table 1's rows are 4 KiB apart.
+    ids = np.array([[[1, 2], [7, 7]],
+                    [[2, 600], [7, 8]],
+                    [[1, 1], [9, 9]]], dtype=np.uint32)
+    reads = host_measure.unique_reads(ids, info([8, 4096], [0, 1 << 20]))
+    assert reads[0] == [0, 1, 2, 2]  # rows 1, 2: page 0; row 600: page 1
+    assert reads[1] == [0, 1, 2, 3]  # rows 7; 8; 9
+
+
+def sweep(chunks, layers):
+    """A layer sweep's order: every chunk at layer 0, then layer 1, ..."""
+    return [(layer, chunk) for layer in range(layers) for chunk in chunks]
+
+
+def test_the_floor_follows_a_device_of_known_iops_on_the_gpus_times():
+    # One table at layer 1, one column, every token a new row: 1,000 reads.
+    ids = np.arange(1000, dtype=np.uint32).reshape(1000, 1, 1)
+    reads = host_measure.unique_reads(ids, info([4096], [0]))
+    order = sweep([(0, 500), (500, 1000)], 2)
+    # The GPU's times: layer 0 takes 0.15 s a chunk, the Engram layer 0.1 s.
+    intervals = [("layers", 150.0), ("layers", 150.0), ("engram0", 100.0), ("engram0", 100.0)]
+    points = host_measure.wait_points(order, intervals, {1: 0}, reads)
+    assert [(p["upto"], p["before_ms"], p["reads"]) for p in points] == [
+        (500, 300.0, 500), (1000, 400.0, 1000)]
+    # 1,000 reads a second: the second wait binds, 1 s of reads after 0.4 s.
+    assert host_measure.floor_s(points, 1000.0) == pytest.approx(0.6)
+    # Ten times faster: all hidden.
+    assert host_measure.floor_s(points, 10000.0) == 0.0
+    # No timeline (a CPU run): no points.
+    assert host_measure.wait_points(order, [], {1: 0}, reads) == []
+
+
+def test_a_schedules_idle_is_set_against_the_floor_of_residents_run():
+    points = [{"table": 0, "upto": 10, "before_ms": 100.0, "reads": 300}]
+    resident = {"prefill": {"floor_points": points,
+                            "gpu_ms": {"layers": 900.0, "engram0": 100.0}}}
+    overlap = {"prefill": {"gpu_ms": {"layers": 900.0, "engram0": 400.0}}}
+    row = host_measure.floor_row([overlap], [resident], 1000.0)
+    # The floor: 0.3 s of reads after 0.1 s of compute; compute 1 s.
+    assert row["prefill_floor_s"] == pytest.approx(0.2)
+    assert row["prefill_floor_of_compute"] == pytest.approx(0.2)
+    assert row["prefill_gpu_idle_s"] == pytest.approx(0.3)
+    assert row["prefill_gpu_idle_of_compute"] == pytest.approx(0.3)
+    assert row["prefill_gpu_idle_over_floor"] == pytest.approx(1.5)
+    assert host_measure.floor_row([overlap], [overlap], 1000.0) == {}
