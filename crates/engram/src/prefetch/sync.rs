@@ -124,3 +124,18 @@ pub(crate) fn lock_std<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<
         Err(poisoned) => poisoned.into_inner(),
     }
 }
+
+/// `T` alone on its cache line (128 bytes: Apple's M-series line, and two
+/// x86 lines, which its adjacent-line prefetcher fetches as a pair), for
+/// state one thread writes and another reads: a neighbour's stores then
+/// never take the line away from its readers.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub(crate) struct CacheLine<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for CacheLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}

@@ -255,10 +255,10 @@ impl Drop for Prefill<'_> {
 /// Releases the previous view's slots of `job` (the readers may overwrite
 /// them from now on) and says how far the consumer has got.
 fn release(core: &PrefillCore, job: &TableJob, from: u32, upto: u32) {
-    job.released.store(from, Ordering::Release);
-    job.consumed.store(upto, Ordering::Relaxed);
-    if !job.consumer_started.load(Ordering::Relaxed) {
-        job.consumer_started.store(true, Ordering::Relaxed);
+    job.consumer.released.store(from, Ordering::Release);
+    job.consumer.consumed.store(upto, Ordering::Relaxed);
+    if !job.consumer.started.load(Ordering::Relaxed) {
+        job.consumer.started.store(true, Ordering::Relaxed);
     }
     core.learn_span(upto);
 }
@@ -276,12 +276,12 @@ fn blocking_wait(
     if let Some(done) = job.ready.try_wait(target) {
         return done.map(drop);
     }
-    job.waited_on.store(true, Ordering::Relaxed);
+    job.consumer.waited_on.store(true, Ordering::Relaxed);
     // Re-pick with this table marked urgent.
     core.try_schedule();
     before_blocking();
     let result = job.ready.wait(target).map(drop);
-    job.waited_on.store(false, Ordering::Relaxed);
+    job.consumer.waited_on.store(false, Ordering::Relaxed);
     result
 }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use super::super::guard::{panic_message, Leaving, PanicSite};
 use super::super::pool::{Parked, PoolShared, Task};
 use super::super::ready::InFlight;
-use super::super::sync::lock_std as lock;
+use super::super::sync::{lock_std as lock, CacheLine};
 use super::job::TableJob;
 use super::Plan;
 use crate::prefetch::PrefillOrder;
@@ -44,7 +44,9 @@ pub(super) struct PrefillCore {
     /// Tokens of the consumer's first wait (0 until it waits): the chunk a
     /// [`PrefillOrder::Chunk`] consumer takes through all layers at a time.
     span: AtomicU32,
-    sched: Mutex<Sched>,
+    /// Locked by the readers at every batch: on a line of its own, away
+    /// from the plan and the jobs every wait reads.
+    sched: CacheLine<Mutex<Sched>>,
     /// Pool tasks holding this prefill; its own `Arc` so a task can drop its
     /// reference to the core before it leaves (then `cancel_and_join`
     /// returning means no task holds the core any more).
@@ -53,6 +55,12 @@ pub(super) struct PrefillCore {
 }
 
 impl PrefillCore {
+    /// Where the scheduler's lock sits in the core, for the layout test.
+    #[cfg(test)]
+    pub(super) fn sched_offset() -> usize {
+        std::mem::offset_of!(PrefillCore, sched)
+    }
+
     /// The schedule of a prefill of `jobs`, nothing queued yet.
     pub(super) fn new(
         id: u64,
@@ -66,7 +74,7 @@ impl PrefillCore {
             jobs,
             plan,
             span: AtomicU32::new(0),
-            sched: Mutex::new(Sched {
+            sched: CacheLine(Mutex::new(Sched {
                 next: vec![0; tables],
                 ahead: vec![0; tables],
                 warm: vec![0; tables],
@@ -74,7 +82,7 @@ impl PrefillCore {
                 failed: vec![false; tables],
                 in_flight: 0,
                 stopped: false,
-            }),
+            })),
             flight: Arc::new(InFlight::new()),
             pool: pool.clone(),
         }
@@ -133,7 +141,9 @@ impl PrefillCore {
         // Blocked: the consumer waits on tokens this batch reads (a wait
         // its last batch has just satisfied does not count, though the
         // waiter has not yet woken to say so).
-        if job.waited_on.load(Ordering::Relaxed) && start < job.consumed.load(Ordering::Relaxed) {
+        if job.consumer.waited_on.load(Ordering::Relaxed)
+            && start < job.consumer.consumed.load(Ordering::Relaxed)
+        {
             return (0, start, table as u32);
         }
         if self.plan.order == PrefillOrder::Chunk {
@@ -144,8 +154,8 @@ impl PrefillCore {
             };
             return (1, start / span, table as u32);
         }
-        let lead = start.saturating_sub(job.consumed.load(Ordering::Relaxed));
-        if job.consumer_started.load(Ordering::Relaxed) && lead < self.plan.chunk {
+        let lead = start.saturating_sub(job.consumer.consumed.load(Ordering::Relaxed));
+        if job.consumer.started.load(Ordering::Relaxed) && lead < self.plan.chunk {
             return (1, start, table as u32);
         }
         (2, 2 * table as u32, start)
@@ -159,6 +169,7 @@ impl PrefillCore {
         let table = job.table;
         let start = s.next[table];
         let limit = job
+            .consumer
             .released
             .load(Ordering::Acquire)
             .saturating_add(self.plan.ring_tokens);
