@@ -73,3 +73,17 @@ def test_a_schedules_idle_is_set_against_the_floor_of_residents_run():
     assert row["prefill_gpu_idle_of_compute"] == pytest.approx(0.3)
     assert row["prefill_gpu_idle_over_floor"] == pytest.approx(1.5)
     assert host_measure.floor_row([overlap], [overlap], 1000.0) == {}
+
+
+def test_a_chunk_sweeps_waits_count_every_table_waited_on_so_far():
+    # Two tables (layers 1 and 2), one column, 100 tokens of new rows each.
+    ids = np.stack([np.arange(100), 1000 + np.arange(100)], axis=1).reshape(100, 2, 1)
+    reads = host_measure.unique_reads(ids.astype(np.uint32), info([4096, 4096], [0, 1 << 30]))
+    chunks = [(0, 50), (50, 100)]
+    order = [(layer, chunk) for chunk in chunks for layer in range(3)]  # chunk by chunk
+    intervals = [("layers", 10.0), ("engram0", 5.0), ("engram1", 5.0)] * 2
+    points = host_measure.wait_points(order, intervals, {1: 0, 2: 1}, reads)
+    assert [(p["table"], p["upto"], p["before_ms"], p["reads"]) for p in points] == [
+        (0, 50, 10.0, 50), (1, 50, 15.0, 100), (0, 100, 30.0, 150), (1, 100, 35.0, 200)]
+    # 1,000 reads a second: the last wait binds, 0.2 s of reads after 35 ms.
+    assert host_measure.floor_s(points, 1000.0) == pytest.approx(0.165)
