@@ -541,6 +541,9 @@ def main(argv=None) -> int:
                     f"{sorted(args.cpus)}; it needs that one and at least one other")
     if args.device_iops is not None and not args.device_iops > 0:
         p.error(f"--device-iops {args.device_iops}: expected a positive number of reads a second")
+    if args.device_iops is not None and "resident" not in args.schedule.split(","):
+        p.error("--device-iops: the floor is taken from resident's run; "
+                "add resident to --schedule")
     args.sizes = profile_sizes(args)
     args.open_options = open_options(args.open)
     tokens = load_tokens(args)

@@ -215,3 +215,11 @@ def test_host_cpu_keeps_the_engine_threads_off_the_forward_threads_cpu(model, to
     with pytest.raises(SystemExit):
         torch_host.main(args_for(model, tokens_file, tmp_path / "bad.json",
                                  "--host-cpu", str(max(cpus) + 1000)))
+
+
+@pytest.mark.parametrize("more", [["--device-iops", "0"],
+                                  ["--device-iops", "1000", "--schedule", "overlap"]])
+def test_the_floor_needs_a_rate_and_residents_run(model, tokens_file, tmp_path, more):
+    with pytest.raises(SystemExit):
+        torch_host.main(args_for(model, tokens_file, tmp_path / "bad.json", *more))
+
