@@ -153,7 +153,7 @@ def wait_points(order: list, intervals: list, engram_layers: dict, reads: list) 
         if table is not None:
             upto[table] = max(upto[table], hi)
             points.append({"table": table, "upto": hi, "before_ms": before,
-                           "reads": sum(r[min(u, len(r) - 1)] for r, u in zip(reads, upto))})
+                           "reads": sum(r[u] for r, u in zip(reads, upto))})
         before += ms
     return points
 

@@ -129,6 +129,7 @@ class Host:
         self.engram_layers = {layer: t for t, layer in enumerate(info.layer_ids)}
         self.resident = rows.gpu
         self.in_memory = rows.host
+        self.reads = rows.reads  # per table and prefix, for the floor
         cuda = self.device.type == "cuda"
         self.compute = torch.cuda.current_stream() if cuda else None
         self.copy = torch.cuda.Stream() if cuda else None
@@ -138,7 +139,6 @@ class Host:
         # The host's prefill waits: (table, upto, start s from the prefill's
         # start, blocked s), to tell a first-chunk stall from a steady one.
         self.waits = []
-        self.reads = unique_reads(ids, info)  # per table and prefix, for the floor
         self.phase_start = 0.0
         self.model = Decoder(args.sizes, args.layers, self.engram_layers,
                              info.rows_per_token, self.device, args.prefill + args.decode + 1,
@@ -389,10 +389,13 @@ def load_tokens(args) -> np.ndarray:
 class InMemoryRows:
     """Per table: the distinct rows the run needs, read once (untimed), and
     each token's index into them; on the device (`resident`) and in host
-    memory (`pinned`)."""
+    memory (`pinned`); and the reads every prefix of the prompt needs
+    (`host_measure.unique_reads`, for the floor). All depend only on the
+    prompt, so every schedule and repeat shares them."""
 
     gpu: list
     host: list
+    reads: list
 
 
 def resident_rows(args, engine, ids: np.ndarray, device) -> InMemoryRows:
@@ -404,7 +407,7 @@ def resident_rows(args, engine, ids: np.ndarray, device) -> InMemoryRows:
         index = inverse.reshape(ids.shape[0], ids.shape[2]).astype(np.int64)
         host.append((index, rows))
         gpu.append((torch.from_numpy(index).to(device), torch.from_numpy(rows).to(device)))
-    return InMemoryRows(gpu, host)
+    return InMemoryRows(gpu, host, unique_reads(ids, engine.info))
 
 
 def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:

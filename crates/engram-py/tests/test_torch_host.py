@@ -112,7 +112,7 @@ def test_the_hash_depends_on_the_rows(model, tokens_file):
         rows = torch_host.resident_rows(ns, probe, ids, torch.device("cpu"))
     base = torch_host.run_schedule(ns, "resident", tokens, ids, rows, info)
     index, values = rows.gpu[1]
-    changed = torch_host.InMemoryRows([rows.gpu[0], (index, values * 2)], rows.host)
+    changed = torch_host.InMemoryRows([rows.gpu[0], (index, values * 2)], rows.host, rows.reads)
     other = torch_host.run_schedule(ns, "resident", tokens, ids, changed, info)
     assert base["prefill"]["checksum"] != other["prefill"]["checksum"]
     assert base["decode"]["checksum"] != other["decode"]["checksum"]
@@ -168,7 +168,7 @@ def test_a_finished_host_frees_its_decoder(model, tokens_file):
         ids = probe.sequence().row_ids(tokens)
     gc.disable()
     try:
-        rows = torch_host.InMemoryRows([], [])
+        rows = torch_host.InMemoryRows([], [], [])
         host = torch_host.Host(ns, "sync", info, tokens, ids, rows)
         decoder = weakref.ref(host.model)
         del host
