@@ -96,3 +96,37 @@ fn iobench_errors_name_what_was_wrong() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("2048"));
 }
+
+#[test]
+fn iobench_gap_idles_before_each_timed_read() {
+    let model = shared_model();
+    let args = [
+        "iobench",
+        "--model",
+        model,
+        "--backend",
+        "psync",
+        "--depth",
+        "4",
+        "--json",
+        "--singles",
+        "10",
+        "--batches",
+        "10",
+        "--repeats",
+        "1",
+        "--gap-us",
+        "20000",
+    ];
+    let started = std::time::Instant::now();
+    let o = engram(&args);
+    let elapsed = started.elapsed();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["gap_us"], 20000);
+    // 20 timed reads, each after 20 ms of sleep.
+    assert!(
+        elapsed >= std::time::Duration::from_millis(400),
+        "ran {elapsed:?}: the gaps were not slept"
+    );
+}

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use engram::hash::Hasher;
 use engram::io::{cachectl, open_source, stats::latency_histogram, Backend, IoConfig, RowSource};
@@ -67,6 +67,12 @@ pub struct IobenchArgs {
     /// Seed of the random rows.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Idle time before each single read and each decode batch, in
+    /// microseconds: the forward pass a decode step computes between its
+    /// reads (e.g. 13300 for a 13.3 ms step). Some devices serve a read
+    /// after an idle gap more slowly than one of a back-to-back stream.
+    #[arg(long, default_value_t = 0)]
+    pub gap_us: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -74,6 +80,8 @@ struct Report {
     backend: String,
     depth: usize,
     cold: bool,
+    /// Idle microseconds before each single read and decode batch.
+    gap_us: u64,
     single: SingleReport,
     decode_batch: DecodeReport,
     prefill_batch: PrefillReport,
@@ -135,6 +143,7 @@ pub fn run(args: &IobenchArgs) -> Result<()> {
         tables: &model.tables,
         config,
         cold: args.cold,
+        gap: Duration::from_micros(args.gap_us),
     };
     let single = bench.singles(args.singles, &mut rng)?;
     let decode_batch = bench.decode_batches(args.batches, &mut rng)?;
@@ -143,6 +152,7 @@ pub fn run(args: &IobenchArgs) -> Result<()> {
         backend: opened.backend.name().to_string(),
         depth: args.depth,
         cold: args.cold,
+        gap_us: args.gap_us,
         single,
         decode_batch,
         prefill_batch,
@@ -205,6 +215,8 @@ struct Bench<'a> {
     tables: &'a [TableLocation],
     config: IoConfig,
     cold: bool,
+    /// Idle time before each timed read of the single and decode phases.
+    gap: Duration,
 }
 
 impl Bench<'_> {
@@ -256,7 +268,7 @@ impl Bench<'_> {
                 (table, vec![rng.below(source.table_rows(table)) as u32])
             })
             .collect();
-        let times = time_reads(source.as_ref(), &reads)?;
+        let times = time_reads(source.as_ref(), &reads, self.gap)?;
         let h = latency_histogram(&times);
         Ok(SingleReport {
             rows: n,
@@ -278,7 +290,7 @@ impl Bench<'_> {
                 (table, ids)
             })
             .collect();
-        let times = time_reads(source.as_ref(), &reads)?;
+        let times = time_reads(source.as_ref(), &reads, self.gap)?;
         let h = latency_histogram(&times);
         let mean = times.iter().sum::<u64>() as f64 / times.len().max(1) as f64;
         Ok(DecodeReport {
@@ -323,13 +335,22 @@ impl Bench<'_> {
     }
 }
 
-/// Each of `reads` (table, row ids) in turn, timed alone: nanoseconds per
-/// read. The requests are drawn beforehand so only the reads are timed.
-fn time_reads(source: &dyn RowSource, reads: &[(usize, Vec<u32>)]) -> Result<Vec<u64>> {
+/// Each of `reads` (table, row ids) in turn, timed alone, each after
+/// `gap` of sleep (an idle CPU and device, as between decode steps):
+/// nanoseconds per read. The requests are drawn beforehand so only the
+/// reads are timed.
+fn time_reads(
+    source: &dyn RowSource,
+    reads: &[(usize, Vec<u32>)],
+    gap: Duration,
+) -> Result<Vec<u64>> {
     let mut out = Vec::new();
     let mut times = Vec::with_capacity(reads.len());
     for (table, ids) in reads {
         out.resize(ids.len() * source.row_bytes(*table), 0);
+        if !gap.is_zero() {
+            std::thread::sleep(gap);
+        }
         let started = Instant::now();
         source.read_rows(*table, ids, &mut out)?;
         times.push(started.elapsed().as_nanos() as u64);
@@ -353,8 +374,8 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
         return Ok(());
     }
     crate::emit(&format!(
-        "backend {}  depth {}  cold {}",
-        r.backend, r.depth, r.cold
+        "backend {}  depth {}  cold {}  gap {} us",
+        r.backend, r.depth, r.cold, r.gap_us
     ));
     crate::emit(&format!(
         "single rows    {:>8}  p50 {:>9.1} us  p99 {:>9.1} us",
