@@ -1,13 +1,15 @@
 """What a host run (torch_host.py, sleep_host.py) measures and reports:
 CUDA-event timelines of the compute stream, the prefill's host waits, the
 engine's reader-thread CPU, the page-cache eviction before a cold run, the
-engine options given on the command line, and the summary over repeats.
+engine options given on the command line, the summary over repeats and
+the results document.
 Kept apart from torch_host.py, which drives the model and moves the rows;
 torch is imported only where a timeline is recorded."""
 
 from __future__ import annotations
 
 import gc
+import json
 import os
 import statistics
 import time
@@ -342,3 +344,14 @@ def open_options(pairs: list) -> dict:
         except ValueError:
             options[key] = value  # a name: backend=uring, prefill_order=chunk
     return options
+
+
+def write_results(args, runs: dict) -> dict:
+    """The runs so far and their summary (the repeats done so far), to --json."""
+    done = {s: rs for s, rs in runs.items() if rs}
+    doc = {"args": dict(vars(args)), "results": [r for rs in done.values() for r in rs],
+           "summary": summarize(done, args)}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+    return doc

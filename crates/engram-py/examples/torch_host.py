@@ -55,8 +55,8 @@ import torch  # noqa: E402
 import engram
 
 from host_measure import (GcClock, HostClock, Timeline, engine_threads_cpu_s,  # noqa: E402
-                          evict, open_options, series, stall_summary, summarize, totals,
-                          unique_reads, wait_points, wait_profile)
+                          evict, open_options, series, stall_summary, totals,
+                          unique_reads, wait_points, wait_profile, write_results)
 from torch_model import (PROFILES, RAW_ENCODING, RAW_ROW_BYTES, ROW_DIM, Decoder,  # noqa: E402
                          calibrate_ffn, rmsnorm)
 
@@ -519,17 +519,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "or a name (e.g. reuse_bytes=67108864, backend=uring); repeatable")
     p.add_argument("--json", help="write the results here")
     return p
-
-
-def write_results(args, runs: dict) -> dict:
-    """The runs so far and their summary (the repeats done so far), to --json."""
-    done = {s: rs for s, rs in runs.items() if rs}
-    doc = {"args": dict(vars(args)), "results": [r for rs in done.values() for r in rs],
-           "summary": summarize(done, args)}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1, default=str)
-    return doc
 
 
 def main(argv=None) -> int:
