@@ -18,6 +18,9 @@ Schedules:
             the summary's ``of_floor`` is against the faster of the two
   pinned    the rows gathered on the host from a memory copy, then moved as the
             engine's are (no storage, no engine): what the copy path costs
+  shadow    pinned's rows, and beside them overlap's engine calls (step_begin
+            each step, its reads) whose rows nobody waits for: what the engine's
+            reads alone do to the host
   sync      the engine with prefetch off: rows read at the layer, then copied
   overlap   the engine's pipeline (no row cache, no hints)
   full      overlap + a row cache + draft hints (right with probability P)
@@ -62,7 +65,7 @@ from torch_model import (PROFILES, RAW_ENCODING, RAW_ROW_BYTES, ROW_DIM, Decoder
 
 SCHEDULES = ("resident", "sync", "overlap", "full")
 # Diagnostic schedules, run only when named.
-EXTRA_SCHEDULES = ("pinned",)
+EXTRA_SCHEDULES = ("pinned", "shadow")
 
 
 @dataclass
@@ -240,7 +243,7 @@ class Host:
 
     def step_source(self, seq, table: int, pos: int):
         """How a decode step's rows of `table` come into a host buffer."""
-        if seq is None:
+        if seq is None or self.schedule == "shadow":
             return lambda out: self.gather_in_memory(table, pos, out)
         return lambda out: seq.step_wait_into(table, out)
 
@@ -255,7 +258,8 @@ class Host:
         prompt = self.tokens[:n]
         self.sync()
         started = time.perf_counter()
-        pf = seq.prefill(prompt) if seq is not None else None
+        # `shadow` prefills from memory: its engine's history is the decode's only.
+        pf = seq.prefill(prompt) if seq is not None and self.schedule != "shadow" else None
 
         def wait_into(table, out, hi):
             t0 = time.perf_counter()

@@ -51,6 +51,11 @@ def test_every_schedule_hashes_alike(model, tokens_file, tmp_path, sweep):
         assert [r["schedule"] for r in doc["results"]] == list(every)
         full = next(r for r in doc["results"] if r["schedule"] == "full")
         assert full["decode"]["stall"]["per_token_us"]["count"] == 12
+        # `shadow` takes pinned's rows, yet its engine read every step's.
+        shadow = next(r for r in doc["results"] if r["schedule"] == "shadow")
+        assert shadow["decode"]["stall"]["rows_from_storage"] > 0
+        assert all(t["reads_issued"] > 0 for t in shadow["decode"]["stall"]["rows_per_table"])
+        assert shadow["prefill"]["stall"]["per_token_us"]["count"] == 0
         # One series per table (empty on CPU: no CUDA events to time).
         assert set(full["prefill"]["gpu_engram_ms_by_chunk"]) == {"0", "1"}
         # And no GPU times for the floor: no floor in the summary.
