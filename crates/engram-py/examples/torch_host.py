@@ -66,6 +66,9 @@ from torch_model import (PROFILES, RAW_ENCODING, RAW_ROW_BYTES, ROW_DIM, Decoder
 SCHEDULES = ("resident", "sync", "overlap", "full")
 # Diagnostic schedules, run only when named.
 EXTRA_SCHEDULES = ("pinned", "shadow")
+# Schedules that open no engine, and those whose rows come from the memory copy.
+NO_ENGINE = ("resident", "pinned")
+ROWS_FROM_MEMORY = NO_ENGINE + ("shadow",)
 
 
 @dataclass
@@ -243,7 +246,7 @@ class Host:
 
     def step_source(self, seq, table: int, pos: int):
         """How a decode step's rows of `table` come into a host buffer."""
-        if seq is None or self.schedule == "shadow":
+        if self.schedule in ROWS_FROM_MEMORY:
             return lambda out: self.gather_in_memory(table, pos, out)
         return lambda out: seq.step_wait_into(table, out)
 
@@ -259,7 +262,7 @@ class Host:
         self.sync()
         started = time.perf_counter()
         # `shadow` prefills from memory: its engine's history is the decode's only.
-        pf = seq.prefill(prompt) if seq is not None and self.schedule != "shadow" else None
+        pf = None if self.schedule in ROWS_FROM_MEMORY else seq.prefill(prompt)
 
         def wait_into(table, out, hi):
             t0 = time.perf_counter()
@@ -419,7 +422,7 @@ def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:
     host = Host(args, schedule, info, tokens, ids, rows)
     engine = None
     seq = None
-    if schedule not in ("resident", "pinned"):
+    if schedule not in NO_ENGINE:
         if args.cold:
             evict(args.model)
         # The runtime knows its sweep, and says so (--open may override it).
