@@ -204,9 +204,19 @@ impl Engine {
             table_rows: e.model.tables.iter().map(|t| t.rows).collect(),
             stored_row_bytes: (0..e.tables()).map(|t| source.row_bytes(t)).collect(),
             encodings: e.model.tables.iter().map(|t| t.encoding.name()).collect(),
-            table_files: e.model.tables.iter().map(|t| t.file.clone()).collect(),
-            table_offsets: e.model.tables.iter().map(|t| t.offset).collect(),
-            table_split: e.model.tables.iter().map(|t| t.scales.is_some()).collect(),
+            table_files: e
+                .model
+                .tables
+                .iter()
+                .map(|t| t.first_file().to_path_buf())
+                .collect(),
+            table_offsets: e.model.tables.iter().map(|t| t.start_offset()).collect(),
+            table_split: e
+                .model
+                .tables
+                .iter()
+                .map(|t| t.shards.len() > 1 || t.shards[0].parts.len() > 1)
+                .collect(),
             format: convert::format_name(config.format),
             backend: e.backend.name(),
             backend_note: e.note.clone(),

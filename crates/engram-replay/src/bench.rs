@@ -255,9 +255,15 @@ fn unique_rows(model: &Model, prompt: &[u32]) -> Result<UniqueRows> {
     let mut history = hasher.new_history();
     let mut ids = Vec::new();
     hasher.hash(&mut history, prompt, None, &mut ids)?;
+    // A row is keyed by the page its first part starts in, tagged with the
+    // shard (shards may live in different files): rows stored in several
+    // parts (values and scales, MLX codes, scales and biases) count as one
+    // read here, so the floor is a lower bound for them.
     let page = |table: usize, row: u32| {
         model.tables.get(table).map_or(u64::from(row), |t| {
-            (t.offset + u64::from(row) * u64::from(t.row_bytes)) / engram::io::PAGE
+            let shard = t.shards.partition_point(|s| s.first_row <= u64::from(row)) as u64;
+            let offset = t.spans(u64::from(row)).first().map_or(0, |s| s.offset);
+            shard << 48 | offset / engram::io::PAGE
         })
     };
     Ok(UniqueRows::of_reads(
@@ -270,13 +276,7 @@ fn unique_rows(model: &Model, prompt: &[u32]) -> Result<UniqueRows> {
 
 /// Drops every table file's cached pages.
 fn evict_tables(model: &Model) -> Result<()> {
-    let files: BTreeSet<&Path> = model
-        .tables
-        .iter()
-        .flat_map(|t| {
-            std::iter::once(t.file.as_path()).chain(t.scales.as_ref().map(|s| s.file.as_path()))
-        })
-        .collect();
+    let files: BTreeSet<&Path> = model.tables.iter().flat_map(|t| t.files()).collect();
     for path in files {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         cachectl::evict(&file).map_err(|e| Error::io(path, e))?;

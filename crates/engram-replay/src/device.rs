@@ -174,15 +174,21 @@ struct TablePages {
 impl TablePages {
     fn open(model: &Model) -> Result<TablePages> {
         let mut regions = Vec::new();
-        for t in &model.tables {
+        let parts = model.tables.iter().flat_map(|t| {
+            t.shards
+                .iter()
+                .flat_map(move |s| s.parts.iter().map(move |p| (s, p)))
+        });
+        for (shard, part) in parts {
+            let path = &part.file;
             let file = OpenOptions::new()
                 .read(true)
                 .custom_flags(cachectl::DIRECT_OPEN_FLAGS)
-                .open(&t.file)
-                .map_err(|e| Error::io(&t.file, e))?;
-            cachectl::set_nocache(&file).map_err(|e| Error::io(&t.file, e))?;
-            let end = t.offset + t.rows * u64::from(t.row_bytes);
-            let first = t.offset.div_ceil(PAGE);
+                .open(path)
+                .map_err(|e| Error::io(path, e))?;
+            cachectl::set_nocache(&file).map_err(|e| Error::io(path, e))?;
+            let end = part.offset + shard.rows * u64::from(part.bytes_per_row);
+            let first = part.offset.div_ceil(PAGE);
             // Whole pages inside the table only, so no read meets the file's end.
             let pages = (end / PAGE).saturating_sub(first);
             if pages > 0 {
@@ -267,7 +273,7 @@ pub fn probe(
 
 /// `host|dev:inode:size:mtime` of each table file, and the depth.
 fn identity(model: &Model, depth: usize) -> Result<String> {
-    let mut files: Vec<&Path> = model.tables.iter().map(|t| t.file.as_path()).collect();
+    let mut files: Vec<&Path> = model.tables.iter().flat_map(|t| t.files()).collect();
     files.dedup();
     let mut key = hostname();
     for path in files {

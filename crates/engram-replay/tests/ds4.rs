@@ -215,8 +215,10 @@ fn a_truncated_table_ends_the_wait_with_a_row_read_error() {
     with_model(|model| {
         // Cut the file a few rows into table 0: every later row reads short.
         let table0 = model.tables[0].clone();
-        let cut = table0.offset + 3 * u64::from(table0.row_bytes);
-        let file = std::fs::OpenOptions::new().write(true).open(&table0.file);
+        let cut = table0.start_offset() + 3 * table0.full_row_bytes() as u64;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(table0.first_file());
         file.unwrap().set_len(cut).unwrap();
         for kind in [ScheduleKind::Ds4, ScheduleKind::Ds4Linux] {
             let mut schedule = build(kind, &setup(&model)).unwrap();
@@ -226,7 +228,9 @@ fn a_truncated_table_ends_the_wait_with_a_row_read_error() {
             // Every wait gets the error, the first and any later one.
             for _ in 0..2 {
                 match run.wait(0, UBATCH, None) {
-                    Err(Error::RowRead { table: 0, file, .. }) => assert_eq!(file, table0.file),
+                    Err(Error::RowRead { table: 0, file, .. }) => {
+                        assert_eq!(file, table0.first_file())
+                    }
                     other => {
                         panic!("{kind:?}: expected a row-read error of table 0, got {other:?}")
                     }
@@ -286,8 +290,8 @@ fn cold_prefill_read_rate() {
     let prompt = prompt(tokens as usize);
     for kind in [ScheduleKind::Ds4, ScheduleKind::Overlap] {
         for loc in &model.tables {
-            let how = engram::io::cachectl::evict(&std::fs::File::open(&loc.file).unwrap());
-            assert!(how.is_ok(), "evict {}: {how:?}", loc.file.display());
+            let how = engram::io::cachectl::evict(&std::fs::File::open(loc.first_file()).unwrap());
+            assert!(how.is_ok(), "evict {}: {how:?}", loc.first_file().display());
         }
         let mut schedule = build(kind, &setup(&model)).unwrap();
         let started = Instant::now();
@@ -325,7 +329,7 @@ fn cold_prefill_read_rate() {
 /// reads (48 serial preads) are its stall.
 fn cold_decode_steps(schedule: &mut dyn Schedule, model: &Model) {
     for loc in &model.tables {
-        let _ = engram::io::cachectl::evict(&std::fs::File::open(&loc.file).unwrap());
+        let _ = engram::io::cachectl::evict(&std::fs::File::open(loc.first_file()).unwrap());
     }
     let mut stall = [Duration::ZERO; 2];
     let steps = 32;

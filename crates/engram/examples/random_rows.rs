@@ -21,15 +21,7 @@ fn main() -> engram::Result<()> {
     let len = std::fs::metadata(path)
         .map_err(|e| engram::Error::io(path, e))?
         .len();
-    let table = TableLocation {
-        layer_id: 0,
-        file: path.into(),
-        offset: 0,
-        rows: len / 264,
-        encoding: Encoding::E4m3E8m0Row264,
-        row_bytes: 264,
-        scales: None,
-    };
+    let table = TableLocation::packed(0, path.into(), 0, len / 264, Encoding::E4m3E8m0Row264);
     let mut x = 0x1234_5678_9abc_def1u64;
     for backend in [Backend::Uring, Backend::Psync, Backend::Mmap] {
         let config = IoConfig {

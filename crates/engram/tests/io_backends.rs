@@ -65,15 +65,17 @@ fn configs() -> Vec<IoConfig> {
 }
 
 /// (table, seed, rows) of the tables [`packed_and_split`] writes.
-const TWO_TABLES: [(usize, u64, u64); 2] = [(0, 1, 5003), (1, 2, 3001)];
+const TABLES: [(usize, u64, u64); 3] = [(0, 1, 5003), (1, 2, 3001), (2, 3, 4007)];
 
 /// A packed table at an odd offset whose end is not page aligned (aligned
-/// reads at the end of the file come back short) and a split table, opened
+/// reads at the end of the file come back short), a split table and a
+/// sharded table of three parts (shards of two files), opened
 /// with every config whose backend opens.
 fn packed_and_split(dir: &std::path::Path) -> Vec<(IoConfig, std::sync::Arc<dyn RowSource>)> {
     let t0 = packed_table(dir, "t0.bin", 1, 5003, 321, 0);
     let t1 = split_table(dir, 2, 3001);
-    let tables = [t0, t1];
+    let t2 = sharded_table(dir, 3, 4007, 5);
+    let tables = [t0, t1, t2];
     configs()
         .into_iter()
         .filter_map(|config| open(&tables, &config).map(|source| (config, source)))
@@ -84,8 +86,8 @@ fn packed_and_split(dir: &std::path::Path) -> Vec<(IoConfig, std::sync::Arc<dyn 
 fn all_backends_return_rows_in_request_order() {
     let dir = tempfile::tempdir().unwrap();
     for (_, source) in packed_and_split(dir.path()) {
-        assert_eq!(source.tables(), 2);
-        for (table, seed, rows) in TWO_TABLES {
+        assert_eq!(source.tables(), 3);
+        for (table, seed, rows) in TABLES {
             assert_eq!(source.row_bytes(table), 264);
             assert_eq!(source.table_rows(table), rows);
             let mut ids = random_rows(seed * 31 + 5, rows, 2000);
@@ -103,7 +105,7 @@ fn all_backends_return_rows_in_request_order() {
             unique.dedup();
             assert_eq!(stats.rows_requested, ids.len() as u64);
             assert_eq!(stats.rows_unique, unique.len() as u64);
-            assert!(stats.reads_issued as usize <= unique.len() * 2);
+            assert!(stats.reads_issued as usize <= unique.len() * 3);
             assert_eq!(stats.read_latencies_ns.len() as u64, stats.reads_issued);
             // Hint priority delivers the same bytes.
             let mut hinted = vec![0u8; out.len()];
@@ -162,6 +164,7 @@ fn a_table_past_the_end_of_its_file_is_a_format_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut t = packed_table(dir.path(), "t.bin", 5, 10, 0, 0);
     t.rows = 11;
+    t.shards[0].rows = 11;
     let err = open_source(&[t], &IoConfig::default())
         .err()
         .expect("must fail");

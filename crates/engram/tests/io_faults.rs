@@ -73,7 +73,7 @@ fn eio_at_the_nth_read_names_table_row_and_offset() {
         s.read_rows(0, &ids2, &mut out).map(|_| ())
     });
     let err = result.unwrap_err();
-    assert_row_read(&err, &ids, &t.file);
+    assert_row_read(&err, &ids, t.first_file());
     assert!(std::error::Error::source(&err).is_some());
     if let Error::RowRead { source: io, .. } = &err {
         assert_eq!(io.raw_os_error(), Some(libc::EIO));
@@ -141,7 +141,7 @@ fn truncation_under_a_reader_is_an_error_not_a_hang() {
         s.read_rows(0, &ids2, &mut out).map(|_| ())
     })
     .unwrap_err();
-    assert_row_read(&err, &ids, &t.file);
+    assert_row_read(&err, &ids, t.first_file());
     if let Error::RowRead {
         row, source: io, ..
     } = &err
@@ -175,7 +175,7 @@ fn external_truncation_while_reading_each_backend() {
                 continue;
             };
             let source = opened.source;
-            let path = t.file.clone();
+            let path = t.first_file().to_path_buf();
             let (saw_error, saw_ok) = within(60, move || {
                 let (mut saw_error, mut saw_ok) = (false, false);
                 for round in 0..40u64 {

@@ -20,7 +20,7 @@ fn synthetic_gguf_reads_back_row_for_row() {
     assert_eq!(model.tables.len(), 2);
     for (t, loc) in model.tables.iter().enumerate() {
         assert_eq!(loc.rows, layout.tables[t].rows);
-        assert_eq!(loc.row_bytes, 264);
+        assert_eq!(loc.full_row_bytes(), 264);
         assert_eq!(loc.encoding, e);
         let mut got = Vec::new();
         model

@@ -48,8 +48,12 @@ fn checkpoint_reads_back_packs_and_transcodes() {
     assert_eq!(model.dialect, "hf");
     assert_eq!(model.layout, preset(PRESET, SCALE).unwrap());
     for loc in &model.tables {
-        let s = loc.scales.as_ref().expect("split scales");
-        assert_eq!((loc.row_bytes, s.bytes_per_row), (256, 8));
+        let widths: Vec<u32> = loc.shards[0]
+            .parts
+            .iter()
+            .map(|p| p.bytes_per_row)
+            .collect();
+        assert_eq!(widths, [256, 8], "split scales");
         assert_eq!(loc.full_row_bytes(), 264);
     }
     assert_rows_are_synthetic(&model, Encoding::E4m3E8m0Row264);
@@ -61,15 +65,6 @@ fn checkpoint_reads_back_packs_and_transcodes() {
     let mut want = vec![0u8; 264];
     synth::fill_rows(SEED, 1, Encoding::E4m3E8m0Row264, last, &mut want).unwrap();
     assert_eq!(&raw[..264], &want[..]);
-
-    // Resident scales give the same rows with one read each.
-    let scales = model.load_scales(1).unwrap().expect("split table");
-    assert_eq!(scales.bytes.len() as u64, model.tables[1].rows * 8);
-    let mut resident = Vec::new();
-    model
-        .read_raw_rows_resident(1, &[last, 3], &scales, &mut resident)
-        .unwrap();
-    assert_eq!(resident, raw);
 
     // f32 rows decode what the generator wrote.
     let mut values = Vec::new();
@@ -92,7 +87,7 @@ fn checkpoint_reads_back_packs_and_transcodes() {
     assert!(packed
         .tables
         .iter()
-        .all(|t| t.scales.is_none() && t.row_bytes == 264));
+        .all(|t| t.shards[0].parts.len() == 1 && t.full_row_bytes() == 264));
     assert_rows_are_synthetic(&packed, Encoding::E4m3E8m0Row264);
 
     // transcode: every row is the codec's encoding of the source row.
@@ -101,7 +96,7 @@ fn checkpoint_reads_back_packs_and_transcodes() {
     assert_eq!(q4.layout, model.layout);
     for (t, loc) in q4.tables.iter().enumerate() {
         assert_eq!(
-            (loc.encoding, loc.row_bytes),
+            (loc.encoding, loc.full_row_bytes() as u32),
             (Encoding::Lloyd4E5m3Row136, 136)
         );
         let mut got = Vec::new();
@@ -128,7 +123,7 @@ fn gguf_models_in_both_encodings_read_back() {
         assert!(model
             .tables
             .iter()
-            .all(|t| t.encoding == e && t.row_bytes as usize == e.row_bytes()));
+            .all(|t| t.encoding == e && t.full_row_bytes() == e.row_bytes()));
         assert_rows_are_synthetic(&model, e);
         model.verify_rows(20).unwrap();
     }
@@ -170,8 +165,8 @@ fn conversion_stops_at_a_corrupt_row_and_leaves_nothing() {
     let model = Model::open(&path).unwrap();
     let t = &model.tables[1];
     let mut bytes = std::fs::read(&path).unwrap();
-    bytes[(t.offset + 1000 * 264 + 5) as usize] = 0xff; // a NaN code
-    bytes[(t.offset + 1500 * 264 + 256) as usize] = 0xff; // a NaN scale, later
+    bytes[(t.start_offset() + 1000 * 264 + 5) as usize] = 0xff; // a NaN code
+    bytes[(t.start_offset() + 1500 * 264 + 256) as usize] = 0xff; // a NaN scale, later
     std::fs::write(&path, bytes).unwrap();
     let out = dir.path().join("q4.gguf");
     match convert::transcode(&model, Encoding::Lloyd4E5m3Row136, &out, &NoProgress) {

@@ -259,7 +259,7 @@ fn device_errors_from_the_fault_source_reach_the_waiter() {
             ..FaultPlan::default()
         },
         FaultPlan {
-            truncate_at_read: Some((12, model.tables[0].offset + 264 * 10)),
+            truncate_at_read: Some((12, model.tables[0].start_offset() + 264 * 10)),
             ..FaultPlan::default()
         },
     ] {
@@ -306,9 +306,10 @@ fn device_errors_from_the_fault_source_reach_the_waiter() {
                         ..
                     } => {
                         let loc = &model.tables[table];
-                        assert_eq!(file, loc.file);
+                        assert_eq!(file, loc.first_file());
                         assert!(
-                            offset >= loc.offset && offset < loc.offset + loc.rows * 264 + 4096
+                            offset >= loc.start_offset()
+                                && offset < loc.start_offset() + loc.rows * 264 + 4096
                         );
                         assert!(row < loc.rows);
                     }

@@ -25,7 +25,8 @@ fn with_one_eio(table: usize) -> (tempfile::TempDir, Model, Arc<FaultSource>) {
     let dir = tempfile::tempdir().unwrap();
     let model = write_file_model(dir.path());
     let t = &model.tables[table];
-    let range = t.offset..t.offset + t.rows * u64::from(t.row_bytes);
+    let start = t.start_offset();
+    let range = start..start + t.rows * t.full_row_bytes() as u64;
     let plan = FaultPlan {
         eio_in_range: Some((range, 1)),
         ..FaultPlan::default()
@@ -114,7 +115,7 @@ fn decode_over_a_file_truncated_in_table_1_fails_only_the_steps_that_need_lost_r
         let model = write_file_model(dir.path());
         let t1 = &model.tables[1];
         let keep_rows = t1.rows / 2;
-        let cut = t1.offset + keep_rows * u64::from(t1.row_bytes);
+        let cut = t1.start_offset() + keep_rows * t1.full_row_bytes() as u64;
         // The reference reads the whole file; the engine reads a copy,
         // cut in the middle of table 1 (after it was opened, as a file
         // that shrinks under a running engine) by its first read.

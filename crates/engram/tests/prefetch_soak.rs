@@ -171,7 +171,7 @@ fn soak_eight_sequences_under_random_faults() {
     let copy_dir = tempfile::tempdir().unwrap();
     let copy = write_file_model(copy_dir.path());
     let t1 = &model.tables[1];
-    let cut = t1.offset + t1.rows / 2 * u64::from(t1.row_bytes);
+    let cut = t1.start_offset() + t1.rows / 2 * t1.full_row_bytes() as u64;
     let io = IoConfig::default();
     let whole = Arc::new(
         FaultSource::open(

@@ -30,7 +30,8 @@ struct InspectJson<'a> {
     verified_rows: Option<u64>,
 }
 
-/// One table of `engram inspect --json`.
+/// One table of `engram inspect --json`: where its first shard's first
+/// part starts, and every shard with its parts.
 #[derive(serde::Serialize)]
 struct TableJson {
     layer_id: u32,
@@ -38,28 +39,54 @@ struct TableJson {
     offset: u64,
     rows: u64,
     encoding: &'static str,
-    row_bytes: u32,
-    /// Checkpoints only: where the split scale bytes are.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    scale_file: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    scale_offset: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    scale_bytes_per_row: Option<u32>,
+    /// Bytes of a delivered row (all parts).
+    row_bytes: usize,
+    shards: Vec<ShardJson>,
+}
+
+/// One shard of a table: consecutive rows stored in one or more parts.
+#[derive(serde::Serialize)]
+struct ShardJson {
+    first_row: u64,
+    rows: u64,
+    parts: Vec<PartJson>,
+}
+
+/// One stored array of a shard.
+#[derive(serde::Serialize)]
+struct PartJson {
+    file: String,
+    offset: u64,
+    bytes_per_row: u32,
 }
 
 impl From<&TableLocation> for TableJson {
     fn from(t: &TableLocation) -> Self {
+        let spans = t.spans(0);
         TableJson {
             layer_id: t.layer_id,
-            file: t.file.display().to_string(),
-            offset: t.offset,
+            file: t.first_file().display().to_string(),
+            offset: spans.first().map_or(0, |s| s.offset),
             rows: t.rows,
             encoding: t.encoding.name(),
-            row_bytes: t.row_bytes,
-            scale_file: t.scales.as_ref().map(|s| s.file.display().to_string()),
-            scale_offset: t.scales.as_ref().map(|s| s.offset),
-            scale_bytes_per_row: t.scales.as_ref().map(|s| s.bytes_per_row),
+            row_bytes: t.full_row_bytes(),
+            shards: t
+                .shards
+                .iter()
+                .map(|s| ShardJson {
+                    first_row: s.first_row,
+                    rows: s.rows,
+                    parts: s
+                        .parts
+                        .iter()
+                        .map(|p| PartJson {
+                            file: p.file.display().to_string(),
+                            offset: p.offset,
+                            bytes_per_row: p.bytes_per_row,
+                        })
+                        .collect(),
+                })
+                .collect(),
         }
     }
 }
@@ -112,21 +139,23 @@ fn print_human(model: &Model, verified: Option<u64>) {
     for (i, t) in model.tables.iter().enumerate() {
         let bytes = t.rows * t.full_row_bytes() as u64;
         crate::emit(&format!(
-            "table {i}  layer {:>3}  {:>12} rows  {}  {:.2} GiB  {} @ {}",
+            "table {i}  layer {:>3}  {:>12} rows  {}  {:.2} GiB  {} shard(s)",
             t.layer_id,
             t.rows,
             t.encoding,
             bytes as f64 / (1u64 << 30) as f64,
-            t.file.display(),
-            t.offset
+            t.shards.len()
         ));
-        if let Some(s) = &t.scales {
-            crate::emit(&format!(
-                "          scales {} B/row  {} @ {}",
-                s.bytes_per_row,
-                s.file.display(),
-                s.offset
-            ));
+        // Every shard of a table has the same parts; the first shows them.
+        if let Some(shard) = t.shards.first() {
+            for part in &shard.parts {
+                crate::emit(&format!(
+                    "          part {} B/row  {} @ {}",
+                    part.bytes_per_row,
+                    part.file.display(),
+                    part.offset
+                ));
+            }
         }
         let tl = &l.tables[i];
         crate::emit(&format!("          multipliers {:?}", tl.multipliers));

@@ -244,10 +244,7 @@ impl Bench<'_> {
         }
         let mut paths: Vec<&Path> = Vec::new();
         for t in self.tables {
-            paths.push(&t.file);
-            if let Some(s) = &t.scales {
-                paths.push(&s.file);
-            }
+            paths.extend(t.files());
         }
         paths.sort();
         paths.dedup();

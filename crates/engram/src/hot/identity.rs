@@ -23,6 +23,10 @@ pub struct TableIdentity {
     pub file_bytes: u64,
     /// Size of the file holding split scales, 0 when scales are inline.
     pub scale_file_bytes: u64,
+    /// Sizes of the table's further files (sharded tables), in first-use
+    /// order after the first two; empty for one- and two-file tables.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_file_bytes: Vec<u64>,
 }
 
 /// What identifies a model for a hot-row file.
@@ -47,23 +51,26 @@ impl ModelIdentity {
         };
         let mut tables = Vec::with_capacity(model.tables.len());
         for t in &model.tables {
+            let sizes = t
+                .files()
+                .into_iter()
+                .map(size)
+                .collect::<Result<Vec<u64>>>()?;
             tables.push(TableIdentity {
                 layer_id: t.layer_id,
                 encoding: t.encoding.name().to_string(),
                 row_bytes: t.full_row_bytes() as u32,
                 rows: t.rows,
-                file_bytes: size(&t.file)?,
-                scale_file_bytes: match &t.scales {
-                    Some(s) => size(&s.file)?,
-                    None => 0,
-                },
+                file_bytes: sizes.first().copied().unwrap_or(0),
+                scale_file_bytes: sizes.get(1).copied().unwrap_or(0),
+                more_file_bytes: sizes.get(2..).unwrap_or_default().to_vec(),
             });
         }
         Ok(ModelIdentity {
             name: model
                 .tables
                 .first()
-                .map(|t| t.file.display().to_string())
+                .map(|t| t.first_file().display().to_string())
                 .unwrap_or_default(),
             layout_digest: format!("{:016x}", layout_digest(&model.layout)),
             tables,

@@ -169,23 +169,32 @@ impl<E: ReadEngine> BatchSource<E> {
     /// wanted only there, and advice puts the device to work at once
     /// without a reader thread, a wake-up or a copy per row.
     fn advise(&self, spec: &TableSpec, request: &Request, stats: &mut BatchStats) {
-        for part in &spec.parts {
-            let file = &self.files.files[part.file].file;
+        for p in 0..spec.parts_per_row {
             // Rows come in increasing order: a page advised for the row
-            // before is not advised again.
-            let mut advised_to = 0u64;
+            // before (in the same file) is not advised again.
+            // (file, offset of the last row advised, end of its advice)
+            let mut advised: Option<(usize, u64, u64)> = None;
             for u in 0..request.unique_rows() {
-                let offset = part.offset_of(request.row(u));
+                let row = request.row(u);
+                let part = &spec.parts_of(row)[p];
+                let offset = part.offset_of(row);
                 let end = offset + part.bytes as u64;
-                let start = (offset / PAGE * PAGE).max(advised_to);
+                let mut start = offset / PAGE * PAGE;
+                if let Some((file, last, to)) = advised {
+                    if file == part.file && offset >= last {
+                        start = start.max(to);
+                    }
+                }
                 if start >= end {
                     continue;
                 }
+                let file = &self.files.files[part.file].file;
                 // Advisory: a refusal leaves the rows to be read when needed.
                 let _ = super::cachectl::advise_willneed(file, start, end - start);
-                advised_to = end.div_ceil(PAGE) * PAGE;
+                let to = end.div_ceil(PAGE) * PAGE;
+                advised = Some((part.file, offset, to));
                 stats.reads_issued += 1;
-                stats.bytes_read += advised_to - start;
+                stats.bytes_read += to - start;
             }
         }
     }
@@ -274,10 +283,10 @@ impl<E: ReadEngine> BatchSource<E> {
 /// Copies each distinct row's parts from the bounce buffer to every request
 /// position that asked for it.
 fn scatter(spec: &TableSpec, request: &Request, batch: &SubBatch, bounce: &[u8], out: &mut [u8]) {
-    let parts = spec.parts.len();
+    let parts = spec.parts_per_row;
     for k in 0..batch.count {
         let u = batch.first + k;
-        for (p, part) in spec.parts.iter().enumerate() {
+        for (p, part) in spec.parts_of(request.row(u)).iter().enumerate() {
             let (op, off) = batch.places[k * parts + p];
             let src = batch.ops[op as usize].buf_off + off as usize;
             let bytes = &bounce[src..src + part.bytes];

@@ -1,10 +1,13 @@
 //! The open files behind a set of tables, and what part of each delivered row
 //! lives where.
 //!
-//! A table is one or two *parts*: packed rows (GGUF) are one part; Hugging
-//! Face tables keep values and scales in separate tensors, so a delivered row
-//! is the value part followed by the scale part. Files are opened once even
-//! when several tables share a shard.
+//! A table is one or more *shards* of consecutive rows, each stored in one
+//! or more *parts*: packed rows (GGUF) are one shard of one part; DeepSeek
+//! checkpoints keep values and scales in separate tensors, so a delivered
+//! row is the value part followed by the scale part; Qwen4-Exp checkpoints
+//! split the table into `split_ngram_parts` shards, and MLX stores each
+//! shard's codes, scales and biases apart. Files are opened once even when
+//! several tables or shards share one.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -12,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{cachectl, IoConfig};
-use crate::model::TableLocation;
+use crate::model::{RowPart, RowShard, TableLocation};
 use crate::{Error, Result};
 
 /// Reads at a byte offset without moving a cursor (`pread`).
@@ -67,13 +70,19 @@ impl PositionalRead for File {
     }
 }
 
+/// Most parts a delivered row may be stored in (MLX 4-bit tables have
+/// three: codes, scales, biases).
+pub const MAX_PARTS: usize = 4;
+
 /// One contiguous run of a delivered row stored in a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Part {
     /// Index of the file in [`TableFiles::files`].
     pub file: usize,
-    /// Byte offset of row 0's part in that file.
+    /// Byte offset of the shard's first row's part in that file.
     pub base: u64,
+    /// Table row id of the shard's first row.
+    pub first_row: u64,
     /// Bytes of this part per row.
     pub bytes: usize,
     /// Where this part goes inside the delivered row.
@@ -81,21 +90,49 @@ pub struct Part {
 }
 
 impl Part {
-    /// File offset of `row`'s part.
+    /// File offset of `row`'s part (`row` in this part's shard).
     pub fn offset_of(&self, row: u64) -> u64 {
-        self.base + row * self.bytes as u64
+        self.base + (row - self.first_row) * self.bytes as u64
     }
 }
 
-/// One table: its row count and parts.
+/// One table: its row count and where each row's parts are.
 #[derive(Debug, Clone)]
 pub struct TableSpec {
     /// Valid row ids are `0..rows`.
     pub rows: u64,
-    /// Bytes per delivered row (sum of the parts).
+    /// Bytes per delivered row (sum of a shard's parts).
     pub row_bytes: usize,
-    /// One part (packed rows) or two (values, then scales).
-    pub parts: Vec<Part>,
+    /// Parts per row (the same in every shard).
+    pub parts_per_row: usize,
+    /// Table row id of each shard's first row, increasing from 0.
+    pub(crate) shard_starts: Vec<u64>,
+    /// Every shard's parts, `parts_per_row` a shard, shards in order.
+    pub(crate) parts: Vec<Part>,
+}
+
+impl TableSpec {
+    /// The parts of `row` (a valid row id of the table), in delivered order.
+    #[inline]
+    pub fn parts_of(&self, row: u64) -> &[Part] {
+        let shard = if self.shard_starts.len() == 1 {
+            0
+        } else {
+            self.shard_starts.partition_point(|&s| s <= row) - 1
+        };
+        &self.parts[shard * self.parts_per_row..(shard + 1) * self.parts_per_row]
+    }
+
+    /// A spec of one shard of `parts` covering `rows` rows.
+    pub fn single(rows: u64, parts: Vec<Part>) -> TableSpec {
+        TableSpec {
+            rows,
+            row_bytes: parts.iter().map(|p| p.bytes).sum(),
+            parts_per_row: parts.len(),
+            shard_starts: vec![0],
+            parts,
+        }
+    }
 }
 
 /// An opened file.
@@ -107,15 +144,6 @@ pub struct OpenFile {
     pub file: Arc<File>,
     /// Its length when opened.
     pub len: u64,
-}
-
-/// A region of a file that holds one part of every row of a table.
-struct PartRequest<'a> {
-    path: &'a Path,
-    base: u64,
-    bytes: usize,
-    dst: usize,
-    rows: u64,
 }
 
 /// The files and table specs a row source reads.
@@ -131,7 +159,7 @@ pub struct TableFiles {
 }
 
 impl TableFiles {
-    /// Opens the files of `tables` and checks every table fits in its file.
+    /// Opens the files of `tables` and checks every table fits in its files.
     pub fn open(tables: &[TableLocation], config: &IoConfig) -> Result<TableFiles> {
         let mut set = TableFiles {
             files: Vec::new(),
@@ -151,63 +179,67 @@ impl TableFiles {
         loc: &TableLocation,
         config: &IoConfig,
     ) -> Result<TableSpec> {
-        let field = |what: &str| format!("table {index} (layer {}) {what}", loc.layer_id);
-        let values = PartRequest {
-            path: &loc.file,
-            base: loc.offset,
-            bytes: loc.row_bytes as usize,
-            dst: 0,
-            rows: loc.rows,
-        };
-        let mut parts = vec![self.part(values, field("rows"), config)?];
-        if let Some(scales) = &loc.scales {
-            let request = PartRequest {
-                path: &scales.file,
-                base: scales.offset,
-                bytes: scales.bytes_per_row as usize,
-                dst: loc.row_bytes as usize,
-                rows: loc.rows,
-            };
-            parts.push(self.part(request, field("scales"), config)?);
-        }
-        let row_bytes = parts.iter().map(|p| p.bytes).sum();
-        if row_bytes != loc.encoding.row_bytes() {
+        let field = |what: String| format!("table {index} (layer {}) {what}", loc.layer_id);
+        loc.check_shape(loc.first_file())?;
+        let parts_per_row = loc.shards[0].parts.len();
+        if parts_per_row > MAX_PARTS {
             return Err(Error::format(
-                &loc.file,
-                field("row_bytes"),
-                format!(
-                    "{row_bytes} bytes per row, but encoding {} has {}",
-                    loc.encoding,
-                    loc.encoding.row_bytes()
-                ),
+                loc.first_file(),
+                field("parts".into()),
+                format!("{parts_per_row} parts per row; at most {MAX_PARTS} are supported"),
             ));
+        }
+        let mut parts = Vec::with_capacity(loc.shards.len() * parts_per_row);
+        let mut shard_starts = Vec::with_capacity(loc.shards.len());
+        for (s, shard) in loc.shards.iter().enumerate() {
+            shard_starts.push(shard.first_row);
+            let mut dst = 0;
+            for (p, part) in shard.parts.iter().enumerate() {
+                let what = if loc.shards.len() == 1 {
+                    format!("part {p}")
+                } else {
+                    format!("shard {s} part {p}")
+                };
+                parts.push(self.part(part, shard, dst, field(what), config)?);
+                dst += part.bytes_per_row as usize;
+            }
         }
         Ok(TableSpec {
             rows: loc.rows,
-            row_bytes,
+            row_bytes: loc.full_row_bytes(),
+            parts_per_row,
+            shard_starts,
             parts,
         })
     }
 
-    /// Opens (or reuses) the file of `request` and checks its region fits.
-    fn part(&mut self, request: PartRequest<'_>, field: String, config: &IoConfig) -> Result<Part> {
-        let PartRequest {
-            path,
-            base,
-            bytes,
-            dst,
-            rows,
-        } = request;
+    /// Opens (or reuses) the file of `part` and checks its region fits.
+    fn part(
+        &mut self,
+        part: &RowPart,
+        shard: &RowShard,
+        dst: usize,
+        field: String,
+        config: &IoConfig,
+    ) -> Result<Part> {
+        let (path, base, bytes) = (&part.file, part.offset, part.bytes_per_row as usize);
         if bytes == 0 {
             return Err(Error::format(path, field, "0 bytes per row"));
         }
         let file = self.file_index(path, config)?;
         let len = self.files[file].len;
+        let rows = shard.rows;
         let end = rows
             .checked_mul(bytes as u64)
             .and_then(|n| n.checked_add(base));
         match end {
-            Some(end) if end <= len => Ok(Part { file, base, bytes, dst }),
+            Some(end) if end <= len => Ok(Part {
+                file,
+                base,
+                first_row: shard.first_row,
+                bytes,
+                dst,
+            }),
             _ => Err(Error::format(
                 path,
                 field,

@@ -6,7 +6,7 @@
 //! under a configured bound, so a huge request never allocates in
 //! proportion to its length beyond its own index arrays.
 
-use super::files::{TableFiles, TableSpec};
+use super::files::{TableFiles, TableSpec, MAX_PARTS};
 use super::PAGE;
 use crate::{Error, Result};
 
@@ -127,6 +127,7 @@ pub struct PlanLimits {
 #[derive(Debug, Clone, Copy)]
 struct OpenRead {
     op: usize,
+    file: usize,
     start: u64,
     end: u64,
 }
@@ -155,23 +156,26 @@ pub fn sub_batch(
     first: usize,
     limits: PlanLimits,
 ) -> SubBatch {
-    let parts = spec.parts.len();
+    let parts = spec.parts_per_row;
     let mut ops: Vec<ReadOp> = Vec::new();
     let mut places: Vec<(u32, u32)> = Vec::new();
-    let mut open: Vec<Option<OpenRead>> = vec![None; parts];
+    let mut open: [Option<OpenRead>; MAX_PARTS] = [None; MAX_PARTS];
     let mut cost = 0usize;
     let mut u = first;
     while u < request.unique_rows() {
         let row = request.row(u);
+        let row_parts = spec.parts_of(row);
         // Decide per part whether the row extends the open read, and what
         // that costs in bounce memory, before committing anything.
-        let mut extends = [false; 2];
+        let mut extends = [false; MAX_PARTS];
         let mut delta = 0usize;
-        for (p, part) in spec.parts.iter().enumerate() {
+        for (p, part) in row_parts.iter().enumerate() {
             let (a, b) = (part.offset_of(row), part.offset_of(row) + part.bytes as u64);
             match open[p] {
                 Some(cur)
-                    if a / PAGE <= (cur.end - 1) / PAGE
+                    if cur.file == part.file
+                        && a >= cur.start
+                        && a / PAGE <= (cur.end - 1) / PAGE
                         && footprint(cur.start, b, limits.align) <= limits.max_read =>
                 {
                     extends[p] = true;
@@ -188,11 +192,11 @@ pub fn sub_batch(
             break;
         }
         cost += delta;
-        for (p, part) in spec.parts.iter().enumerate() {
+        for (p, part) in row_parts.iter().enumerate() {
             let (a, b) = (part.offset_of(row), part.offset_of(row) + part.bytes as u64);
             let cur = match open[p] {
                 Some(mut cur) if extends[p] => {
-                    cur.end = b;
+                    cur.end = cur.end.max(b);
                     cur
                 }
                 _ => {
@@ -206,6 +210,7 @@ pub fn sub_batch(
                     });
                     OpenRead {
                         op: ops.len() - 1,
+                        file: part.file,
                         start,
                         end: b,
                     }
@@ -223,6 +228,7 @@ pub fn sub_batch(
         }
         u += 1;
     }
+    debug_assert_eq!(places.len(), (u - first) * parts);
     let mut buf_len = 0usize;
     for op in &mut ops {
         op.buf_off = buf_len;
@@ -265,11 +271,11 @@ pub fn row_of_op<'a>(
     batch: &SubBatch,
     op: usize,
 ) -> (u64, &'a std::path::Path, u64) {
-    let parts = spec.parts.len();
+    let parts = spec.parts_per_row;
     for (k, chunk) in batch.places.chunks(parts).enumerate() {
         if let Some(p) = chunk.iter().position(|&(o, _)| o as usize == op) {
             let row = request.row(batch.first + k);
-            let part = &spec.parts[p];
+            let part = &spec.parts_of(row)[p];
             return (row, &files.files[part.file].path, part.offset_of(row));
         }
     }
@@ -286,6 +292,7 @@ mod tests {
         let mut parts = vec![Part {
             file: 0,
             base: 100,
+            first_row: 0,
             bytes: if split { 256 } else { 264 },
             dst: 0,
         }];
@@ -293,14 +300,40 @@ mod tests {
             parts.push(Part {
                 file: 1,
                 base: 7,
+                first_row: 0,
                 bytes: 8,
                 dst: 256,
             });
         }
+        TableSpec::single(1_000_000, parts)
+    }
+
+    /// Four shards of three parts (codes, scales, biases, as MLX stores
+    /// them), two shards' arrays in one file and the others in a second.
+    fn sharded_spec() -> TableSpec {
+        let widths = [80, 10, 10];
+        let mut specs = Vec::new();
+        let mut starts = Vec::new();
+        for shard in 0..4u64 {
+            starts.push(shard * 250_000);
+            let mut dst = 0;
+            for (p, &bytes) in widths.iter().enumerate() {
+                specs.push(Part {
+                    file: (shard / 2) as usize,
+                    base: 3 + (shard % 2) * 40_000_000 + p as u64 * 20_000_000,
+                    first_row: shard * 250_000,
+                    bytes,
+                    dst,
+                });
+                dst += bytes;
+            }
+        }
         TableSpec {
             rows: 1_000_000,
-            row_bytes: 264,
-            parts,
+            row_bytes: 100,
+            parts_per_row: 3,
+            shard_starts: starts,
+            parts: specs,
         }
     }
 
@@ -322,13 +355,19 @@ mod tests {
     /// respect the memory bound; reads respect the length bound.
     #[test]
     fn plans_cover_every_row_within_bounds() {
-        for (split, align, seed) in [
-            (false, false, 1),
-            (false, true, 2),
-            (true, false, 3),
-            (true, true, 4),
+        for (shape, align, seed) in [
+            (0, false, 1),
+            (0, true, 2),
+            (1, false, 3),
+            (1, true, 4),
+            (2, false, 5),
+            (2, true, 6),
         ] {
-            let spec = spec(split);
+            let spec = match shape {
+                0 => spec(false),
+                1 => spec(true),
+                _ => sharded_spec(),
+            };
             let rows = pseudo_random_rows(20_000, seed);
             let request = Request::new(0, &spec, &rows).unwrap();
             let limits = PlanLimits {
@@ -362,8 +401,8 @@ mod tests {
                 }
                 for k in 0..batch.count {
                     let row = request.row(first + k);
-                    for (p, part) in spec.parts.iter().enumerate() {
-                        let (op, off) = batch.places[k * spec.parts.len() + p];
+                    for (p, part) in spec.parts_of(row).iter().enumerate() {
+                        let (op, off) = batch.places[k * spec.parts_per_row + p];
                         let op = batch.ops[op as usize];
                         assert_eq!(op.file, part.file);
                         assert_eq!(op.offset + u64::from(off), part.offset_of(row));

@@ -22,7 +22,7 @@ use safetensors::tensor::Metadata;
 use safetensors::Dtype;
 use serde_json::Value as Json;
 
-use super::{Model, ModelFormat, SplitScales, TableLocation};
+use super::{Model, ModelFormat, RowPart, RowShard, TableLocation};
 use crate::codec::{Encoding, GROUP, ROW_DIM};
 use crate::layout::{Layout, LayoutParams};
 use crate::{Error, Result};
@@ -469,16 +469,24 @@ impl Shards {
             self.tensor_checked(&scale_name(layer_id), Dtype::F8_E8M0, rows, scale_bytes)?;
         Ok(TableLocation {
             layer_id,
-            file,
-            offset,
             rows,
             encoding: Encoding::E4m3E8m0Row264,
-            row_bytes: ROW_DIM as u32,
-            scales: Some(SplitScales {
-                file: scale_file,
-                offset: scale_offset,
-                bytes_per_row: scale_bytes as u32,
-            }),
+            shards: vec![RowShard {
+                first_row: 0,
+                rows,
+                parts: vec![
+                    RowPart {
+                        file,
+                        offset,
+                        bytes_per_row: ROW_DIM as u32,
+                    },
+                    RowPart {
+                        file: scale_file,
+                        offset: scale_offset,
+                        bytes_per_row: scale_bytes as u32,
+                    },
+                ],
+            }],
         })
     }
 

@@ -9,7 +9,6 @@
 //! `synth` (synthetic models), `pack` and `transcode` (GGUF writers fed from
 //! another model), `output` (temp-name-then-rename outputs).
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 pub mod checks;
@@ -19,7 +18,7 @@ pub mod gguf;
 pub mod hf;
 pub mod output;
 mod rows;
-pub use rows::{sample_rows, ResidentScales};
+pub use rows::sample_rows;
 pub mod convert;
 pub mod stream;
 pub mod synth;
@@ -37,39 +36,61 @@ pub enum ModelFormat {
     HuggingFace,
 }
 
-/// Where a table's scale bytes live when they are stored apart from the
-/// value bytes (Hugging Face checkpoints: `.scale` tensors).
+/// One stored array of a table's rows inside one shard: `bytes_per_row`
+/// bytes for each of the shard's rows, row after row, from `offset` in
+/// `file`. A delivered row is its shard's parts concatenated in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SplitScales {
-    /// File holding the scale tensor.
+pub struct RowPart {
+    /// File holding the array.
     pub file: PathBuf,
-    /// Byte offset of row 0's scales in that file.
+    /// Byte offset of the shard's first row in `file`.
     pub offset: u64,
-    /// Scale bytes per row (8 for 256 values in groups of 32).
+    /// Bytes of this part per row.
     pub bytes_per_row: u32,
 }
 
-/// Where one Engram table's rows live.
+/// A run of consecutive rows stored together: rows
+/// `first_row..first_row + rows` of the table, in one or more parts.
+///
+/// A packed GGUF table is one shard of one part; a DeepSeek checkpoint
+/// table one shard of two parts (E4M3 values, then E8M0 scales); a Qwen4-Exp
+/// checkpoint `split_ngram_parts` shards of one part (MLX: three parts,
+/// codes, scales and biases).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowShard {
+    /// Table row id of the shard's first row.
+    pub first_row: u64,
+    /// Rows in the shard.
+    pub rows: u64,
+    /// The stored arrays, in the order their bytes make up a delivered row.
+    pub parts: Vec<RowPart>,
+}
+
+/// Where one table's rows live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableLocation {
     /// Layer that consumes the table.
     pub layer_id: u32,
-    /// File holding the rows (for split tables: the value bytes).
-    pub file: PathBuf,
-    /// Byte offset of row 0 in `file`.
-    pub offset: u64,
-    /// Number of rows.
+    /// Rows stored (valid row ids are `0..rows`): the layout's rows, plus
+    /// the padding rows a format stores after them.
     pub rows: u64,
-    /// Row encoding (for split tables: the encoding of the reassembled row).
+    /// Row encoding of the delivered (reassembled) row.
     pub encoding: Encoding,
-    /// Bytes per row at `offset` in `file` (for split tables: value bytes only).
-    pub row_bytes: u32,
-    /// Scale bytes stored apart, if any. A read of row `r` then reads
-    /// `row_bytes` at `offset + r * row_bytes` and `bytes_per_row` at
-    /// `scales.offset + r * bytes_per_row`, and concatenates them.
-    pub scales: Option<SplitScales>,
+    /// The shards, in row order, covering `0..rows` without gaps; every
+    /// shard has the same number of parts with the same `bytes_per_row`.
+    pub shards: Vec<RowShard>,
 }
 
+/// Where one part of one row is: file, byte offset and length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartSpan<'a> {
+    /// File holding the bytes.
+    pub file: &'a Path,
+    /// Byte offset of the row's part.
+    pub offset: u64,
+    /// Bytes of the part.
+    pub len: usize,
+}
 /// An opened model: its layout and where each table's rows are.
 #[derive(Debug, Clone)]
 pub struct Model {
@@ -108,19 +129,144 @@ impl Model {
 }
 
 impl TableLocation {
-    /// Bytes of one reassembled row (values plus split scales, if any).
-    pub fn full_row_bytes(&self) -> usize {
-        self.row_bytes as usize + self.scales.as_ref().map_or(0, |s| s.bytes_per_row as usize)
+    /// A table of `rows` packed rows of `encoding` at `offset` in `file`:
+    /// one shard, one part.
+    pub fn packed(
+        layer_id: u32,
+        file: PathBuf,
+        offset: u64,
+        rows: u64,
+        encoding: Encoding,
+    ) -> TableLocation {
+        let bytes_per_row = encoding.row_bytes() as u32;
+        TableLocation {
+            layer_id,
+            rows,
+            encoding,
+            shards: vec![RowShard {
+                first_row: 0,
+                rows,
+                parts: vec![RowPart {
+                    file,
+                    offset,
+                    bytes_per_row,
+                }],
+            }],
+        }
     }
 
-    /// Opens the files this table reads from (values, then scales if split).
-    pub fn open_files(&self) -> Result<(File, Option<File>)> {
-        let values = File::open(&self.file).map_err(|e| Error::io(&self.file, e))?;
-        let scales = match &self.scales {
-            Some(s) => Some(File::open(&s.file).map_err(|e| Error::io(&s.file, e))?),
-            None => None,
+    /// Bytes of one delivered row (the sum of a shard's parts).
+    pub fn full_row_bytes(&self) -> usize {
+        self.shards.first().map_or(0, |s| {
+            s.parts.iter().map(|p| p.bytes_per_row as usize).sum()
+        })
+    }
+
+    /// The shard holding `row`, if any.
+    pub fn shard_of(&self, row: u64) -> Option<&RowShard> {
+        let i = self.shards.partition_point(|s| s.first_row <= row);
+        let shard = self.shards.get(i.checked_sub(1)?)?;
+        (row - shard.first_row < shard.rows).then_some(shard)
+    }
+
+    /// Where each part of `row` is stored, in delivered order; empty for a
+    /// row outside the table.
+    pub fn spans(&self, row: u64) -> Vec<PartSpan<'_>> {
+        let Some(shard) = self.shard_of(row) else {
+            return Vec::new();
         };
-        Ok((values, scales))
+        let local = row - shard.first_row;
+        shard
+            .parts
+            .iter()
+            .map(|p| PartSpan {
+                file: &p.file,
+                offset: p.offset + local * u64::from(p.bytes_per_row),
+                len: p.bytes_per_row as usize,
+            })
+            .collect()
+    }
+
+    /// Every file the table reads, each once, in first-use order.
+    pub fn files(&self) -> Vec<&Path> {
+        let mut files: Vec<&Path> = Vec::new();
+        for part in self.shards.iter().flat_map(|s| &s.parts) {
+            if !files.contains(&part.file.as_path()) {
+                files.push(&part.file);
+            }
+        }
+        files
+    }
+
+    /// The file of the first part of the first shard (where the table
+    /// starts), for messages.
+    pub fn first_file(&self) -> &Path {
+        self.shards
+            .first()
+            .and_then(|s| s.parts.first())
+            .map_or(Path::new(""), |p| &p.file)
+    }
+
+    /// Byte offset of row 0's first part in [`TableLocation::first_file`].
+    pub fn start_offset(&self) -> u64 {
+        self.shards
+            .first()
+            .and_then(|s| s.parts.first())
+            .map_or(0, |p| p.offset)
+    }
+
+    /// Checks the shards are what [`TableLocation::shards`] promises:
+    /// in order, covering `0..rows`, with parts of one shape whose bytes
+    /// add up to the encoding's row. `path` names the model in the error.
+    pub fn check_shape(&self, path: &Path) -> Result<()> {
+        let field = |what: &str| format!("table of layer {} {what}", self.layer_id);
+        let Some(first) = self.shards.first() else {
+            return Err(Error::format(path, field("shards"), "there are none"));
+        };
+        let widths: Vec<u32> = first.parts.iter().map(|p| p.bytes_per_row).collect();
+        let mut next = 0u64;
+        for (i, shard) in self.shards.iter().enumerate() {
+            let shard_widths: Vec<u32> = shard.parts.iter().map(|p| p.bytes_per_row).collect();
+            if shard_widths != widths {
+                return Err(Error::format(
+                    path,
+                    field(&format!("shard {i}")),
+                    format!("part widths {shard_widths:?} differ from shard 0's {widths:?}"),
+                ));
+            }
+            if shard.first_row != next || shard.rows == 0 {
+                return Err(Error::format(
+                    path,
+                    field(&format!("shard {i}")),
+                    format!(
+                        "holds rows {}..{}, expected to start at row {next} with at least one row",
+                        shard.first_row,
+                        shard.first_row.saturating_add(shard.rows)
+                    ),
+                ));
+            }
+            next = shard.first_row.saturating_add(shard.rows);
+        }
+        if next != self.rows {
+            return Err(Error::format(
+                path,
+                field("shards"),
+                format!("cover {next} rows, the table has {}", self.rows),
+            ));
+        }
+        let row_bytes = self.full_row_bytes();
+        if row_bytes != self.encoding.row_bytes() {
+            return Err(Error::format(
+                path,
+                field("row_bytes"),
+                format!(
+                    "{row_bytes} bytes per row, but encoding {} has {}",
+                    self.encoding,
+                    self.encoding.row_bytes()
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

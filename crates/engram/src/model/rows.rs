@@ -1,12 +1,15 @@
 //! Simple synchronous row reads with `pread`, for tools and tests.
 //!
-//! Split tables (Hugging Face checkpoints) are reassembled into the packed
-//! row: value bytes, then scale bytes. The prefetch engine has its own
-//! batched readers (and may hold split scales in RAM); this is the reference
-//! they are checked against.
+//! Rows stored in several parts (DeepSeek checkpoints' values and scales,
+//! MLX codes, scales and biases) are reassembled into the delivered row, the
+//! parts in order; sharded tables are read shard by shard. The prefetch
+//! engine has its own batched readers; this is the reference they are
+//! checked against.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+
+use std::path::Path;
 
 use super::{Model, TableLocation};
 use crate::codec::ROW_DIM;
@@ -17,20 +20,21 @@ impl Model {
     /// `full_row_bytes()` per row, in the order given.
     pub fn read_raw_rows(&self, table: usize, ids: &[u64], out: &mut Vec<u8>) -> Result<()> {
         let loc = self.table(table)?;
-        let (values, scales) = loc.open_files()?;
+        let files = OpenParts::new(loc)?;
         let width = loc.full_row_bytes();
         out.reserve(ids.len() * width);
         for &row in ids {
             check_row(table, loc, row, 1)?;
             let start = out.len();
             out.resize(start + width, 0);
-            read_rows_at(table, loc, &values, scales.as_ref(), row, &mut out[start..])?;
+            files.read_row(table, loc, row, &mut out[start..])?;
         }
         Ok(())
     }
 
     /// Reads `count` consecutive rows from `first` into `out` (replacing its
-    /// contents), packed `full_row_bytes()` per row, in one or two large reads.
+    /// contents), packed `full_row_bytes()` per row: one large read per part
+    /// of each shard the range touches.
     pub fn read_row_range(
         &self,
         table: usize,
@@ -39,11 +43,100 @@ impl Model {
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let loc = self.table(table)?;
-        let (values, scales) = loc.open_files()?;
+        let files = OpenParts::new(loc)?;
         check_row(table, loc, first, count as u64)?;
+        let width = loc.full_row_bytes();
         out.clear();
-        out.resize(count * loc.full_row_bytes(), 0);
-        read_rows_at(table, loc, &values, scales.as_ref(), first, out)
+        out.resize(count * width, 0);
+        let end = first + count as u64;
+        let mut row = first;
+        let mut scratch = Vec::new();
+        while row < end {
+            let shard = loc.shard_of(row).ok_or_else(|| {
+                Error::InvalidArgument(format!("row {row} of table {table} is in no shard"))
+            })?;
+            let run_end = end.min(shard.first_row + shard.rows);
+            let run = (run_end - row) as usize;
+            let local = row - shard.first_row;
+            let dst_rows =
+                &mut out[(row - first) as usize * width..(run_end - first) as usize * width];
+            let mut at = 0;
+            for part in &shard.parts {
+                let bytes = part.bytes_per_row as usize;
+                scratch.resize(run * bytes, 0);
+                let offset = part.offset + local * u64::from(part.bytes_per_row);
+                files.read_at(table, row, &part.file, offset, &mut scratch)?;
+                for (dst, src) in dst_rows
+                    .chunks_exact_mut(width)
+                    .zip(scratch.chunks_exact(bytes))
+                {
+                    dst[at..at + bytes].copy_from_slice(src);
+                }
+                at += bytes;
+            }
+            row = run_end;
+        }
+        Ok(())
+    }
+}
+
+/// A table's files, each opened once, for the reads of one call.
+struct OpenParts<'a> {
+    files: Vec<(&'a Path, File)>,
+}
+
+impl<'a> OpenParts<'a> {
+    fn new(loc: &'a TableLocation) -> Result<Self> {
+        let files = loc
+            .files()
+            .into_iter()
+            .map(|path| Ok((path, File::open(path).map_err(|e| Error::io(path, e))?)))
+            .collect::<Result<_>>()?;
+        Ok(OpenParts { files })
+    }
+
+    /// Reads `buf.len()` bytes at `offset` of `path` (one of the table's
+    /// files); `row` names the row in the error.
+    fn read_at(
+        &self,
+        table: usize,
+        row: u64,
+        path: &Path,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let file = self
+            .files
+            .iter()
+            .find(|(p, _)| *p == path)
+            .map(|(_, f)| f)
+            .ok_or_else(|| {
+                Error::io(path, std::io::Error::other("not one of the table's files"))
+            })?;
+        file.read_exact_at(buf, offset)
+            .map_err(|source| Error::RowRead {
+                table,
+                row,
+                file: path.to_path_buf(),
+                offset,
+                source,
+            })
+    }
+
+    /// Reads row `row`'s parts into `out` (one delivered row).
+    fn read_row(&self, table: usize, loc: &TableLocation, row: u64, out: &mut [u8]) -> Result<()> {
+        let mut at = 0;
+        for span in loc.spans(row) {
+            self.read_at(
+                table,
+                row,
+                span.file,
+                span.offset,
+                &mut out[at..at + span.len],
+            )?;
+            at += span.len;
+        }
+        Ok(())
     }
 }
 
@@ -122,143 +215,4 @@ fn check_row(table: usize, loc: &TableLocation, first: u64, count: u64) -> Resul
         )));
     }
     Ok(())
-}
-
-/// Reads rows `first..` of `loc` to fill `out` (a whole number of packed rows).
-fn read_rows_at(
-    table: usize,
-    loc: &TableLocation,
-    values: &File,
-    scales: Option<&File>,
-    first: u64,
-    out: &mut [u8],
-) -> Result<()> {
-    let vb = loc.row_bytes as usize;
-    let read = |file: &File, path: &std::path::Path, offset: u64, buf: &mut [u8]| {
-        file.read_exact_at(buf, offset)
-            .map_err(|source| Error::RowRead {
-                table,
-                row: first,
-                file: path.to_path_buf(),
-                offset,
-                source,
-            })
-    };
-    let value_offset = loc.offset + first * vb as u64;
-    match (&loc.scales, scales) {
-        (Some(split), Some(scale_file)) => {
-            let sb = split.bytes_per_row as usize;
-            let count = out.len() / (vb + sb);
-            let mut v = vec![0u8; count * vb];
-            let mut s = vec![0u8; count * sb];
-            read(values, &loc.file, value_offset, &mut v)?;
-            read(
-                scale_file,
-                &split.file,
-                split.offset + first * sb as u64,
-                &mut s,
-            )?;
-            for ((row, v), s) in out
-                .chunks_exact_mut(vb + sb)
-                .zip(v.chunks_exact(vb))
-                .zip(s.chunks_exact(sb))
-            {
-                row[..vb].copy_from_slice(v);
-                row[vb..].copy_from_slice(s);
-            }
-            Ok(())
-        }
-        _ => read(values, &loc.file, value_offset, out),
-    }
-}
-
-/// A split table's scale bytes held in RAM (`rows * bytes_per_row` bytes:
-/// 8 bytes a row, about 3 GiB per V4.1 table), so each row read is a single
-/// read of its value bytes. Checkpoint tables only; packed tables have no
-/// separate scales.
-#[derive(Debug, Clone)]
-pub struct ResidentScales {
-    /// Table index.
-    pub table: usize,
-    /// Scale bytes per row.
-    pub bytes_per_row: usize,
-    /// All scale bytes of the table, row after row.
-    pub bytes: Vec<u8>,
-}
-
-impl ResidentScales {
-    /// The scale bytes of row `row`.
-    pub fn row(&self, row: u64) -> &[u8] {
-        let at = row as usize * self.bytes_per_row;
-        &self.bytes[at..at + self.bytes_per_row]
-    }
-}
-
-/// Scale bytes loaded per read when making scales resident.
-const SCALE_LOAD_CHUNK: usize = 64 << 20;
-
-impl Model {
-    /// Reads table `table`'s split scales into RAM; `None` for a packed table.
-    pub fn load_scales(&self, table: usize) -> Result<Option<ResidentScales>> {
-        let loc = self.table(table)?;
-        let Some(split) = &loc.scales else {
-            return Ok(None);
-        };
-        let len = usize::try_from(loc.rows * u64::from(split.bytes_per_row))
-            .map_err(|_| Error::InvalidArgument("scale tensor does not fit in memory".into()))?;
-        let file = File::open(&split.file).map_err(|e| Error::io(&split.file, e))?;
-        let mut bytes = vec![0u8; len];
-        for (i, chunk) in bytes.chunks_mut(SCALE_LOAD_CHUNK).enumerate() {
-            let offset = split.offset + (i * SCALE_LOAD_CHUNK) as u64;
-            file.read_exact_at(chunk, offset)
-                .map_err(|source| Error::RowRead {
-                    table,
-                    row: (i * SCALE_LOAD_CHUNK / split.bytes_per_row as usize) as u64,
-                    file: split.file.clone(),
-                    offset,
-                    source,
-                })?;
-        }
-        Ok(Some(ResidentScales {
-            table,
-            bytes_per_row: split.bytes_per_row as usize,
-            bytes,
-        }))
-    }
-
-    /// Like [`read_raw_rows`](Self::read_raw_rows) for a split table whose
-    /// scales are resident: one read per row, scales copied from RAM.
-    pub fn read_raw_rows_resident(
-        &self,
-        table: usize,
-        ids: &[u64],
-        scales: &ResidentScales,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
-        let loc = self.table(table)?;
-        if scales.table != table || loc.scales.is_none() {
-            return Err(Error::InvalidArgument(format!(
-                "resident scales of table {} do not belong to split table {table}",
-                scales.table
-            )));
-        }
-        let file = File::open(&loc.file).map_err(|e| Error::io(&loc.file, e))?;
-        let vb = loc.row_bytes as usize;
-        for &row in ids {
-            check_row(table, loc, row, 1)?;
-            let start = out.len();
-            out.resize(start + vb, 0);
-            let offset = loc.offset + row * vb as u64;
-            file.read_exact_at(&mut out[start..], offset)
-                .map_err(|source| Error::RowRead {
-                    table,
-                    row,
-                    file: loc.file.clone(),
-                    offset,
-                    source,
-                })?;
-            out.extend_from_slice(scales.row(row));
-        }
-        Ok(())
-    }
 }

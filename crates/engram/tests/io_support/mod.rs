@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use engram::codec::Encoding;
-use engram::model::{SplitScales, TableLocation};
+use engram::model::{RowPart, RowShard, TableLocation};
 
 /// Byte `j` of row `r` of the table with `seed`: distinct per row, table and
 /// position, so a row delivered to the wrong place is caught.
@@ -46,15 +46,7 @@ pub fn packed_table(
     }
     f.write_all(&vec![0xCD; tail]).unwrap();
     f.flush().unwrap();
-    TableLocation {
-        layer_id: seed as u32,
-        file: path,
-        offset,
-        rows,
-        encoding: Encoding::E4m3E8m0Row264,
-        row_bytes: row_bytes as u32,
-        scales: None,
-    }
+    TableLocation::packed(seed as u32, path, offset, rows, Encoding::E4m3E8m0Row264)
 }
 
 /// Writes a split (Hugging Face style) table: 256 value bytes per row in
@@ -73,16 +65,75 @@ pub fn split_table(dir: &Path, seed: u64, rows: u64) -> TableLocation {
     std::fs::write(&scales, s).unwrap();
     TableLocation {
         layer_id: seed as u32,
-        file: values,
-        offset: value_off,
         rows,
         encoding: Encoding::E4m3E8m0Row264,
-        row_bytes: 256,
-        scales: Some(SplitScales {
-            file: scales,
-            offset: scale_off,
-            bytes_per_row: 8,
-        }),
+        shards: vec![RowShard {
+            first_row: 0,
+            rows,
+            parts: vec![
+                RowPart {
+                    file: values,
+                    offset: value_off,
+                    bytes_per_row: 256,
+                },
+                RowPart {
+                    file: scales,
+                    offset: scale_off,
+                    bytes_per_row: 8,
+                },
+            ],
+        }],
+    }
+}
+
+/// Writes a sharded table of 264-byte rows as a Qwen4-Exp MLX checkpoint
+/// lays one out: `shards` shards sized by divmod (the first `rows % shards`
+/// one row longer), each stored in three parts of 200, 40 and 24 bytes a
+/// row; even shards in `dir/even.bin`, odd ones in `dir/odd.bin`, each part
+/// its own region after filler bytes.
+pub fn sharded_table(dir: &Path, seed: u64, rows: u64, shards: u64) -> TableLocation {
+    let widths = [200usize, 40, 24];
+    let mut files: [Vec<u8>; 2] = [vec![0x33; 333], vec![0x44; 4097]];
+    let paths = [
+        dir.join(format!("even-{seed}.bin")),
+        dir.join(format!("odd-{seed}.bin")),
+    ];
+    let (per, extra) = (rows / shards, rows % shards);
+    let mut out = Vec::new();
+    let mut first = 0u64;
+    for s in 0..shards {
+        let n = per + u64::from(s < extra);
+        let f = (s % 2) as usize;
+        let mut parts = Vec::new();
+        let mut at = 0usize;
+        for &w in &widths {
+            let offset = files[f].len() as u64;
+            for r in first..first + n {
+                files[f].extend((at..at + w).map(|j| byte_of(seed, r, j)));
+            }
+            files[f].extend([0x55; 17]);
+            parts.push(RowPart {
+                file: paths[f].clone(),
+                offset,
+                bytes_per_row: w as u32,
+            });
+            at += w;
+        }
+        out.push(RowShard {
+            first_row: first,
+            rows: n,
+            parts,
+        });
+        first += n;
+    }
+    for (path, bytes) in paths.iter().zip(&files) {
+        std::fs::write(path, bytes).unwrap();
+    }
+    TableLocation {
+        layer_id: seed as u32,
+        rows,
+        encoding: Encoding::E4m3E8m0Row264,
+        shards: out,
     }
 }
 

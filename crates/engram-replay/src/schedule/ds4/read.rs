@@ -47,8 +47,8 @@ const PAGE: u64 = engram::io::PAGE;
 pub(super) struct TableFile {
     index: usize,
     location: TableLocation,
-    values: File,
-    scales: Option<File>,
+    /// The table's files, in [`TableLocation::files`] order.
+    files: Vec<File>,
     /// Opened uncached (the Mac flavor).
     uncached: bool,
 }
@@ -64,9 +64,9 @@ impl TableFile {
         self.location.encoding
     }
 
-    /// Reads row `row` into `out` (`width()` bytes): one `pread` for the
-    /// values, a second for split scales. `scratch` holds the aligned pages
-    /// of an uncached read where the platform needs them.
+    /// Reads row `row` into `out` (`width()` bytes): one `pread` per stored
+    /// part (values, then split scales if any). `scratch` holds the aligned
+    /// pages of an uncached read where the platform needs them.
     fn read_row(
         &self,
         row: u32,
@@ -75,24 +75,24 @@ impl TableFile {
         io: &Counters,
     ) -> Result<()> {
         let loc = &self.location;
-        let (values, scales) = out.split_at_mut(loc.row_bytes as usize);
-        let offset = loc.offset + u64::from(row) * u64::from(loc.row_bytes);
-        let at = Spot {
-            file: &self.values,
-            path: &loc.file,
-            offset,
-            row,
-        };
-        self.pread(at, values, scratch, io)?;
-        if let (Some(file), Some(split)) = (&self.scales, &loc.scales) {
-            let offset = split.offset + u64::from(row) * u64::from(split.bytes_per_row);
+        let paths = loc.files();
+        let mut at_byte = 0;
+        for span in loc.spans(u64::from(row)) {
+            let file = paths
+                .iter()
+                .position(|p| *p == span.file)
+                .map(|i| &self.files[i])
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!("row {row}: its file is not open"))
+                })?;
             let at = Spot {
                 file,
-                path: &split.file,
-                offset,
+                path: span.file,
+                offset: span.offset,
                 row,
             };
-            self.pread(at, scales, scratch, io)?;
+            self.pread(at, &mut out[at_byte..at_byte + span.len], scratch, io)?;
+            at_byte += span.len;
         }
         Ok(())
     }
@@ -240,16 +240,15 @@ impl PeerFiles {
         let mut files = Vec::with_capacity(2);
         for (index, (loc, table)) in model.tables.iter().zip(&layout.tables).enumerate() {
             check_table(index, loc, table.rows)?;
-            let values = open_file(&loc.file, flavor)?;
-            let scales = match &loc.scales {
-                Some(s) => Some(open_file(&s.file, flavor)?),
-                None => None,
-            };
+            let open = loc
+                .files()
+                .into_iter()
+                .map(|path| open_file(path, flavor))
+                .collect::<Result<Vec<File>>>()?;
             files.push(TableFile {
                 index,
                 location: loc.clone(),
-                values,
-                scales,
+                files: open,
                 uncached: flavor == Ds4Flavor::Mac,
             });
         }
@@ -279,7 +278,7 @@ impl PeerFiles {
 fn check_table(index: usize, loc: &TableLocation, hashed_rows: u64) -> Result<()> {
     if loc.rows < hashed_rows {
         return Err(Error::format(
-            &loc.file,
+            loc.first_file(),
             format!("table {index} rows"),
             format!(
                 "{} rows stored, the layout hashes to {hashed_rows}",
@@ -289,7 +288,7 @@ fn check_table(index: usize, loc: &TableLocation, hashed_rows: u64) -> Result<()
     }
     if loc.full_row_bytes() != loc.encoding.row_bytes() {
         return Err(Error::format(
-            &loc.file,
+            loc.first_file(),
             format!("table {index} row bytes"),
             format!(
                 "{} bytes per row stored, {} decodes {}",
@@ -415,7 +414,7 @@ impl Batch<'_> {
             for worker in workers {
                 let outcome = worker.join().unwrap_or_else(|_| {
                     Err(Error::io(
-                        &self.table.location.file,
+                        self.table.location.first_file(),
                         io::Error::other("a ds4 batch reader thread panicked"),
                     ))
                 });

@@ -190,13 +190,11 @@ fn locate_table(
             ),
         ));
     }
-    Ok(TableLocation {
-        layer_id: t.layer_id,
-        file: path.to_path_buf(),
+    Ok(TableLocation::packed(
+        t.layer_id,
+        path.to_path_buf(),
         offset,
         rows,
         encoding,
-        row_bytes: width as u32,
-        scales: None,
-    })
+    ))
 }
