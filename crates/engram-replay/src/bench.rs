@@ -263,7 +263,7 @@ fn unique_rows(model: &Model, prompt: &[u32]) -> Result<UniqueRows> {
         model.tables.get(table).map_or(u64::from(row), |t| {
             let shard = t.shards.partition_point(|s| s.first_row <= u64::from(row)) as u64;
             let offset = t.spans(u64::from(row)).first().map_or(0, |s| s.offset);
-            shard << 48 | offset / engram::io::PAGE
+            (shard << 48) | (offset / engram::io::PAGE)
         })
     };
     Ok(UniqueRows::of_reads(
