@@ -253,7 +253,13 @@ pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>> {
 /// Opens the checkpoint directory `dir`.
 pub fn open(dir: &Path) -> Result<Model> {
     let config_path = dir.join(CONFIG_FILE);
-    let config = HfConfig::parse(&config_path, &read_bounded(&config_path, MAX_JSON_FILE)?)?;
+    let bytes = read_bounded(&config_path, MAX_JSON_FILE)?;
+    if let Ok(json) = serde_json::from_slice::<Json>(&bytes) {
+        if super::qwen::config::is_qwen(&json) {
+            return super::qwen::dir::open(dir, &json);
+        }
+    }
+    let config = HfConfig::parse(&config_path, &bytes)?;
     let tok_path = dir.join(TOKENIZER_FILE);
     let tok = read_bounded(&tok_path, MAX_TOKENIZER_FILE)?;
     let token_map = super::derive::token_map_from_tokenizer_json(&tok_path, &tok)?;
@@ -515,6 +521,32 @@ impl Shards {
         }
         Ok((file, offset))
     }
+}
+
+/// The safetensors files of the checkpoint directory `dir`: those the
+/// shard index names (each once, sorted), or without an index every
+/// `*.safetensors` file in it.
+pub(crate) fn safetensors_files(dir: &Path) -> Result<Vec<String>> {
+    let index_path = dir.join(INDEX_FILE);
+    let mut files: Vec<String> = if index_path.exists() {
+        parse_index(&index_path)?.into_values().collect()
+    } else {
+        let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+        let mut names = Vec::new();
+        for e in entries {
+            let name = e.map_err(|e| Error::io(dir, e))?.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".safetensors") && !name.starts_with('.') {
+                names.push(name);
+            }
+        }
+        names
+    };
+    files.sort();
+    files.dedup();
+    if files.is_empty() {
+        return Err(Error::format(dir, INDEX_FILE, "no index and no *.safetensors shards"));
+    }
+    Ok(files)
 }
 
 /// Reads `weight_map` from a `model.safetensors.index.json`.

@@ -17,6 +17,7 @@ pub mod ds4;
 pub mod gguf;
 pub mod hf;
 pub mod output;
+pub mod qwen;
 mod rows;
 pub use rows::sample_rows;
 pub mod convert;
@@ -113,7 +114,11 @@ impl Model {
             hf::open(path)
         } else {
             let header = gguf::read_header(path)?;
-            ds4::model_from_header(path, &header)
+            if qwen::gguf::is_qwen(&header) {
+                qwen::gguf::model_from_header(path, &header)
+            } else {
+                ds4::model_from_header(path, &header)
+            }
         }
     }
 

@@ -94,10 +94,16 @@ fn detect_dialect(path: &Path, header: &GgufHeader) -> Result<Dialect> {
     } else if has("deepseek4.engram.") {
         Ok(Dialect::Deepseek4)
     } else {
+        let arch = header
+            .get("general.architecture")
+            .and_then(Value::as_str)
+            .map_or_else(|| "absent".to_string(), |a| format!("{a:?}"));
         Err(Error::format(
             path,
-            "deepseek41.engram.*",
-            "no Engram metadata (neither deepseek41.engram.* nor deepseek4.engram.* keys)",
+            "general.architecture",
+            format!(
+                "{arch}: no n-gram table metadata (neither qwen4exp nor deepseek41.engram.* / deepseek4.engram.* keys)"
+            ),
         ))
     }
 }
