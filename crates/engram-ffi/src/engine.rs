@@ -11,7 +11,7 @@ use engram::prefetch::RowFormat;
 
 use crate::handles::{self, call_filling, call_on};
 use crate::options::{
-    self, engram_options, ENGRAM_ENCODING_E4M3_E8M0_32_ROW264, ENGRAM_ENCODING_LLOYD4_E5M3_32_R136,
+    self, engram_options, ENGRAM_ENCODING_E4M3_E8M0_32_ROW264, ENGRAM_ENCODING_LLOYD4_E5M3_32_R136, ENGRAM_ENCODING_BF16, ENGRAM_ENCODING_F16, ENGRAM_ENCODING_F32, ENGRAM_ENCODING_FP8_E4M3, ENGRAM_ENCODING_Q8_0, ENGRAM_ENCODING_Q5_1, ENGRAM_ENCODING_Q4_0, ENGRAM_ENCODING_Q4_1, ENGRAM_ENCODING_MLX4,
 };
 use crate::ptr::{c_str, slice_in, slice_out};
 use crate::status::{call, engram_status, FfiError, FfiResult};
@@ -213,6 +213,15 @@ fn encoding_code(encoding: Encoding) -> u32 {
     match encoding {
         Encoding::E4m3E8m0Row264 => ENGRAM_ENCODING_E4M3_E8M0_32_ROW264,
         Encoding::Lloyd4E5m3Row136 => ENGRAM_ENCODING_LLOYD4_E5M3_32_R136,
+        Encoding::Bf16 { .. } => ENGRAM_ENCODING_BF16,
+        Encoding::F16 { .. } => ENGRAM_ENCODING_F16,
+        Encoding::F32 { .. } => ENGRAM_ENCODING_F32,
+        Encoding::Fp8E4m3 { .. } => ENGRAM_ENCODING_FP8_E4M3,
+        Encoding::Q8_0 { .. } => ENGRAM_ENCODING_Q8_0,
+        Encoding::Q5_1 { .. } => ENGRAM_ENCODING_Q5_1,
+        Encoding::Q4_0 { .. } => ENGRAM_ENCODING_Q4_0,
+        Encoding::Q4_1 { .. } => ENGRAM_ENCODING_Q4_1,
+        Encoding::Mlx4 { .. } => ENGRAM_ENCODING_MLX4,
     }
 }
 

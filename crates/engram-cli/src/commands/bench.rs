@@ -11,6 +11,7 @@ use engram_replay::compute::ComputeSpec;
 use engram_replay::device::{default_cache, DeviceMode};
 use engram_replay::driver::Sweep;
 use engram_replay::hints::HintMode;
+use engram::layout::Family;
 use engram_replay::schedule::ScheduleKind;
 use engram_replay::{cores, plot, prompt, run_bench, BenchConfig, Progress, Prompt, Report};
 
@@ -54,9 +55,11 @@ pub struct Args {
     #[arg(long, default_value = "gpu:m4-max-ds4")]
     pub compute: String,
     /// Schedules to run, in order: sync, ds4 (the peer on macOS), ds4-linux
-    /// (the peer on Linux), overlap, full.
-    #[arg(long, default_value = "sync,ds4,ds4-linux,overlap,full")]
-    pub schedule: String,
+    /// (the peer on Linux), overlap, full. Default: all five for a DeepSeek
+    /// model; sync,overlap,full for a Qwen4-Exp one (the ds4 schedules
+    /// replay the DeepSeek peer's two-table reader).
+    #[arg(long)]
+    pub schedule: Option<String>,
     /// Prefill order: layer (every chunk through a layer before the next
     /// layer) or chunk (each chunk through all layers).
     #[arg(long, default_value = "layer")]
@@ -122,13 +125,17 @@ impl DeviceArgs {
 }
 
 impl Args {
-    fn config(&self) -> Result<BenchConfig> {
+    fn config(&self, family: Family) -> Result<BenchConfig> {
         let backend: Backend = self.backend.parse()?;
+        let schedule = self.schedule.as_deref().unwrap_or(match family {
+            Family::DeepSeekEngram => "sync,ds4,ds4-linux,overlap,full",
+            Family::Qwen4ExpPle => "sync,overlap,full",
+        });
         Ok(BenchConfig {
             compute: ComputeSpec::parse(&self.compute)?,
             sweep: Sweep::parse(&self.sweep)?,
             ubatch: self.ubatch,
-            schedules: ScheduleKind::parse_list(&self.schedule)?,
+            schedules: ScheduleKind::parse_list(schedule)?,
             hints: HintMode::parse(&self.hints)?,
             cold: self.cold,
             io: IoConfig {
@@ -163,9 +170,9 @@ pub fn run(args: &Args) -> Result<()> {
         let cores = cores::pin_process(n)?;
         eprintln!("pinned to cores {cores:?}");
     }
-    let config = args.config()?;
-    config.validate()?;
     let model = Model::open(&args.model)?;
+    let config = args.config(model.layout.family)?;
+    config.validate()?;
     let prompts = args.prompts()?;
     let report = run_bench(&model, &args.model, &prompts, &config, |event| {
         say(event, prompts.len(), config.repeat)

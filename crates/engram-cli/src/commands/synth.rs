@@ -1,11 +1,14 @@
-//! `engram synth --preset P --scale DIV --out DIR [--format gguf|hf]
+//! `engram synth --preset P --scale DIV --out DIR [--format gguf|hf|mlx]
 //! [--encoding E] [--seed S]`: a complete synthetic model, as a converter
-//! writes it, with random valid rows (deterministic from the seed).
+//! writes it, with random valid rows (deterministic from the seed). A
+//! DeepSeek preset writes a ds4 GGUF or a checkpoint; a Qwen4-Exp preset a
+//! llama.cpp GGUF, a Hugging Face checkpoint or an MLX checkpoint.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use engram::codec::Encoding;
+use engram::layout::{self, Family};
+use engram::model::qwen::synth::{self as qwen_synth, QwenFormat};
 use engram::model::synth::{self, SynthFormat};
 
 /// Output kind.
@@ -13,8 +16,10 @@ use engram::model::synth::{self, SynthFormat};
 pub enum Format {
     /// DIR/model.gguf (ds4 dialect, packed rows).
     Gguf,
-    /// DIR is a Hugging Face checkpoint (config.json, tokenizer.json, safetensors).
+    /// DIR is a Hugging Face checkpoint (config.json, safetensors; DeepSeek: tokenizer.json too).
     Hf,
+    /// DIR is an MLX checkpoint (Qwen4-Exp presets: 4-bit affine rows).
+    Mlx,
 }
 
 /// Arguments of `engram synth`.
@@ -32,9 +37,12 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value = "gguf")]
     format: Format,
-    /// Row encoding (GGUF only; checkpoints are always e4m3_e8m0_32_row264).
-    #[arg(long, value_parser = super::parse_encoding, default_value = "e4m3_e8m0_32_row264")]
-    encoding: Encoding,
+    /// Row encoding. DeepSeek: e4m3_e8m0_32_row264 (default) or
+    /// lloyd4_e5m3_32_r136 (GGUF only). Qwen4-Exp: bf16 (default), f16, f32,
+    /// fp8_e4m3 (hf); f32, f16, bf16, q8_0, q5_1, q4_0, q4_1 (gguf); mlx4 (mlx,
+    /// the default there).
+    #[arg(long)]
+    encoding: Option<String>,
     /// Seed of the row generator.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -45,31 +53,68 @@ pub struct Args {
 
 /// Runs `engram synth`.
 pub fn run(args: Args) -> engram::Result<()> {
-    let format = match args.format {
-        Format::Gguf => SynthFormat::Gguf,
-        Format::Hf => SynthFormat::Hf,
-    };
+    let layout = layout::preset(&args.preset, args.scale)?;
     let bar = crate::progress::Bar::new("synth", args.quiet);
     let start = Instant::now();
-    let (path, layout) = synth::synth_preset(
-        &args.out,
-        format,
-        &args.preset,
-        args.scale,
-        args.encoding,
-        args.seed,
-        &bar,
-    )?;
+    let (path, encoding) = match layout.family {
+        Family::DeepSeekEngram => deepseek(&args, &bar)?,
+        Family::Qwen4ExpPle => qwen(&args, &layout, &bar)?,
+    };
     bar.finish();
     let secs = start.elapsed().as_secs_f64();
-    let rows: u64 = layout.tables.iter().map(|t| t.rows).sum();
-    let bytes = rows * args.encoding.row_bytes() as u64;
+    let rows: u64 = layout.tables.iter().map(|t| t.stored_rows).sum();
+    let bytes = rows * encoding.row_bytes() as u64;
     eprintln!(
-        "wrote {} ({} tables, {rows} rows, {:.1} MB of rows in {secs:.2} s: {:.0} MB/s)",
+        "wrote {} ({} tables, {rows} rows of {encoding}, {:.1} MB of rows in {secs:.2} s: {:.0} MB/s)",
         path.display(),
         layout.tables.len(),
         bytes as f64 / 1e6,
         bytes as f64 / 1e6 / secs.max(1e-9)
     );
     Ok(())
+}
+
+fn deepseek(
+    args: &Args,
+    bar: &crate::progress::Bar,
+) -> engram::Result<(PathBuf, engram::codec::Encoding)> {
+    let format = match args.format {
+        Format::Gguf => SynthFormat::Gguf,
+        Format::Hf => SynthFormat::Hf,
+        Format::Mlx => {
+            return Err(engram::Error::InvalidArgument(format!(
+                "--format mlx: {} has no MLX checkpoints (gguf or hf)",
+                args.preset
+            )))
+        }
+    };
+    let name = args.encoding.as_deref().unwrap_or("e4m3_e8m0_32_row264");
+    let encoding = super::parse_encoding(name).map_err(engram::Error::InvalidArgument)?;
+    let (path, _) = synth::synth_preset(
+        &args.out,
+        format,
+        &args.preset,
+        args.scale,
+        encoding,
+        args.seed,
+        bar,
+    )?;
+    Ok((path, encoding))
+}
+
+fn qwen(
+    args: &Args,
+    layout: &engram::layout::Layout,
+    bar: &crate::progress::Bar,
+) -> engram::Result<(PathBuf, engram::codec::Encoding)> {
+    let params = layout::preset::qwen_params(&args.preset, args.scale)?;
+    let (format, default) = match args.format {
+        Format::Gguf => (QwenFormat::Gguf, "bf16"),
+        Format::Hf => (QwenFormat::Hf, "bf16"),
+        Format::Mlx => (QwenFormat::Mlx, "mlx4"),
+    };
+    let name = args.encoding.as_deref().unwrap_or(default);
+    let encoding = qwen_synth::encoding(name, params.row_dim)?;
+    let path = qwen_synth::synth(&args.out, format, layout, &params, encoding, args.seed, bar)?;
+    Ok((path, encoding))
 }
