@@ -1,27 +1,36 @@
-//! Per-sequence n-gram history and the row hash.
+//! Per-sequence n-gram history and the row hash, for both layout families.
 //!
 //! For each token, `ids[k]` is the compressed id `k` tokens back
-//! (`k = 0..max_ngram_size`). Walking back from the current token, the first
-//! dead position (masked, or before the start of the sequence) and every
-//! older one read as the pad's compressed id; a masked current token reads as
-//! pad too. Per table, `mix = ids[0] * m[0]`, then for `k = 1..max_ngram_size`
-//! `mix ^= ids[k] * m[k]` and the `n_heads` columns of order `k + 1` get
-//! `row = mix % prime[col] + offset[col]`. Validation bounds every product
-//! below 2^63, so `u64` arithmetic equals the reference's `int64`.
+//! (`k = 0..max_ngram_size`). Per table, `mix = ids[0] * m[0]`, then for
+//! `k = 1..max_ngram_size` `mix ^= ids[k] * m[k]` and the `n_heads` columns
+//! of order `k + 1` get `row = mix % prime[col] + offset[col]`. Validation
+//! bounds every product below 2^63, so `u64` arithmetic equals the
+//! references' `int64`.
+//!
+//! What `ids` holds depends on the layout's [`Family`]:
+//! - DeepSeek Engram: walking back from the current token, the first dead
+//!   position (masked, or before the start of the sequence) and every older
+//!   one read as the pad's compressed id; a masked current token reads as
+//!   pad too.
+//! - Qwen4-Exp PLE: a masked token is replaced by EOS (the pad) before
+//!   hashing, and a sequence starts as if preceded by EOS. `ids[0]` is the
+//!   current token whatever it is; walking back from it, the first EOS met is
+//!   kept and every older position reads as EOS.
 //!
 //! Rows come out in order `[token][table][column]`, columns by n-gram order
 //! then head.
 
 use std::sync::Arc;
 
-use crate::layout::{Layout, MAX_NGRAM_SIZE};
+use crate::layout::{Family, Layout, MAX_NGRAM_SIZE};
 use crate::{Error, Result};
 
 /// Marks a dead (masked) position in a [`History`].
 const DEAD: u32 = u32::MAX;
 
 /// What a sequence's hash depends on: the compressed id of every position so
-/// far, with masked positions marked dead.
+/// far, with masked positions marked dead (DeepSeek) or stored as EOS
+/// (Qwen4-Exp). A history belongs to the [`Hasher`] (family) that filled it.
 ///
 /// Cloning forks the sequence; [`History::rollback`] truncates it (e.g. after
 /// rejected draft tokens); [`History::snapshot`] captures the little the
@@ -32,7 +41,8 @@ pub struct History {
     context: usize,
     /// Sequence position of `ids[0]` (non-zero after [`History::from_snapshot`]).
     base: u64,
-    /// Compressed id per position from `base` on, [`DEAD`] where masked.
+    /// Compressed id per position from `base` on, [`DEAD`] where masked
+    /// (DeepSeek) or the EOS id (Qwen4-Exp).
     ids: Vec<u32>,
 }
 
@@ -78,8 +88,9 @@ impl History {
         self.context + 1
     }
 
-    /// The compressed id at `position`: `None` if it is dead (masked),
-    /// outside the sequence, or no longer held (before a snapshot's tail).
+    /// The compressed id at `position`: `None` if it is dead (masked, in a
+    /// DeepSeek history; a Qwen4-Exp history holds EOS there), outside the
+    /// sequence, or no longer held (before a snapshot's tail).
     pub fn compressed_id(&self, position: u64) -> Option<u32> {
         let index = usize::try_from(position.checked_sub(self.base)?).ok()?;
         self.ids.get(index).copied().filter(|&id| id != DEAD)
@@ -128,10 +139,11 @@ impl History {
     }
 
     /// The window of the last token hashed: `window[j]` is the id `j + 1`
-    /// positions back from the next token, with dead and before-start positions as `pad`.
-    /// [`shift_in`] turns it into the next token's window.
-    fn window(&self, pad: u64) -> [u64; MAX_NGRAM_SIZE] {
-        window_before(&self.ids, self.context, pad)
+    /// positions back from the next token, from the first position equal to
+    /// `cut` on (and before the start) as `pad`. The rule's `shift_in` turns
+    /// it into the next token's window.
+    fn window(&self, cut: u32, pad: u64) -> [u64; MAX_NGRAM_SIZE] {
+        window_before(&self.ids, self.context, cut, pad)
     }
 
     /// The compressed ids from sequence position `from` on, led by the
@@ -148,17 +160,93 @@ impl History {
 }
 
 /// The window of the token after `ids`: `window[j]` is the id `j + 1`
-/// positions back, the first dead position and every older one (and
-/// before-start positions) as `pad`.
-fn window_before(ids: &[u32], context: usize, pad: u64) -> [u64; MAX_NGRAM_SIZE] {
+/// positions back, the first position equal to `cut` and every older one
+/// (and before-start positions) as `pad`.
+///
+/// DeepSeek's `cut` is [`DEAD`]. Qwen4-Exp's is EOS, which is also its pad:
+/// an EOS at `j >= 1` keeps its own value (pad) and hides the older ones,
+/// as the rule says. At `j = 0` (the last token) an EOS makes the whole
+/// window pad, which is not that token's own window (an EOS does not cut its
+/// own context) but is exactly what the next token's `shift_in` keeps of it.
+fn window_before(ids: &[u32], context: usize, cut: u32, pad: u64) -> [u64; MAX_NGRAM_SIZE] {
     let mut window = [pad; MAX_NGRAM_SIZE];
     for (j, slot) in window.iter_mut().enumerate().take(context) {
         match ids.len().checked_sub(j + 1).map(|i| ids[i]) {
-            Some(id) if id != DEAD => *slot = u64::from(id),
+            Some(id) if id != cut => *slot = u64::from(id),
             _ => break,
         }
     }
     window
+}
+
+/// How a family moves its window on by one token and marks masked tokens;
+/// the hash loops are generic over it so each family's loop is compiled
+/// (and unrolled) on its own.
+trait WindowRule: Copy {
+    /// The id a masked token is stored as in the history.
+    fn masked_id(self) -> u32;
+    /// The history id from which [`window_before`] reads pad.
+    fn cut(self) -> u32;
+    /// The next token's window from the last token's: `id` at `k = 0`,
+    /// the older ones one step further back, cut by the family's rule.
+    fn shift_in(self, window: &mut [u64; MAX_NGRAM_SIZE], max_ngram_size: usize, id: u32);
+}
+
+/// DeepSeek Engram: a dead (masked) token reads as pad, and so does
+/// everything behind it.
+#[derive(Debug, Clone, Copy)]
+struct DeadCuts {
+    pad: u64,
+}
+
+impl WindowRule for DeadCuts {
+    fn masked_id(self) -> u32 {
+        DEAD
+    }
+
+    fn cut(self) -> u32 {
+        DEAD
+    }
+
+    #[inline(always)]
+    fn shift_in(self, window: &mut [u64; MAX_NGRAM_SIZE], max_ngram_size: usize, id: u32) {
+        if id == DEAD {
+            window[..max_ngram_size].fill(self.pad);
+        } else {
+            window.copy_within(0..max_ngram_size - 1, 1);
+            window[0] = u64::from(id);
+        }
+    }
+}
+
+/// Qwen4-Exp PLE: a masked token is EOS; the current token is always
+/// `ids[0]`, and an EOS one step back or more is kept while everything
+/// older reads as EOS.
+#[derive(Debug, Clone, Copy)]
+struct EosCuts {
+    eos: u32,
+}
+
+impl WindowRule for EosCuts {
+    fn masked_id(self) -> u32 {
+        self.eos
+    }
+
+    fn cut(self) -> u32 {
+        self.eos
+    }
+
+    #[inline(always)]
+    fn shift_in(self, window: &mut [u64; MAX_NGRAM_SIZE], max_ngram_size: usize, id: u32) {
+        // The last token moves to k = 1. If it is EOS, it stays EOS there
+        // and hides everything older, which reads as EOS as well.
+        if window[0] == u64::from(self.eos) {
+            window[1..max_ngram_size].fill(u64::from(self.eos));
+        } else {
+            window.copy_within(0..max_ngram_size - 1, 1);
+        }
+        window[0] = u64::from(id);
+    }
 }
 
 /// `x % divisor` for any `u64` x by Barrett reduction: one high multiply,
@@ -203,6 +291,7 @@ struct TableHash {
 /// Turns tokens into row ids for every table of a [`Layout`].
 #[derive(Debug, Clone)]
 pub struct Hasher {
+    family: Family,
     token_map: Arc<[u32]>,
     pad: u64,
     max_ngram_size: usize,
@@ -230,12 +319,18 @@ impl Hasher {
             })
             .collect();
         Ok(Hasher {
+            family: layout.family,
             token_map: layout.token_map.clone(),
             pad: u64::from(layout.pad_compressed_id),
             max_ngram_size: layout.max_ngram_size,
             n_heads: layout.n_heads,
             tables,
         })
+    }
+
+    /// The family whose hash and history rule this hasher follows.
+    pub fn family(&self) -> Family {
+        self.family
     }
 
     /// An empty history for this layout.
@@ -260,8 +355,12 @@ impl Hasher {
     /// Appends the rows of `tokens` to `out` (`[token][table][column]`) and
     /// extends `history` with them. `mask[i] == true` marks token `i` real
     /// and `false` dead (padding), as a Hugging Face `attention_mask` does:
-    /// a dead token still gets rows, reading as pad, and later tokens do not
-    /// see past it. No mask: every token is real. On error nothing is appended and `history` is unchanged.
+    /// a dead token still gets rows. DeepSeek: it reads as pad and later
+    /// tokens do not see past it. Qwen4-Exp: it is replaced by EOS (as
+    /// transformers' `where(mask, ids, eos)`), which later tokens see and do
+    /// not see past. No mask: every token is real. A token id outside the
+    /// vocabulary is an error naming it, its index and its sequence
+    /// position. On error nothing is appended and `history` is unchanged.
     pub fn hash(
         &self,
         history: &mut History,
@@ -271,7 +370,7 @@ impl Hasher {
     ) -> Result<()> {
         self.check_input(history, tokens, mask)?;
         out.reserve(tokens.len() * self.rows_per_token());
-        let window = history.window(self.pad);
+        let window = history.window(self.cut(), self.pad);
         let first_new = history.ids.len();
         // Map every token first: these lookups are independent, so their
         // cache misses overlap instead of stalling the hash one by one.
@@ -308,26 +407,62 @@ impl Hasher {
     ) {
         let context = self.max_ngram_size - 1;
         let before = &run[(lead + from).saturating_sub(context)..lead + from];
-        let window = window_before(before, context, self.pad);
+        let window = window_before(before, context, self.cut(), self.pad);
         out.reserve((to - from) * self.rows_per_token());
         self.hash_ids(window, &run[lead + from..lead + to], out);
     }
 
-    /// Appends the rows of `ids`, hashed from `window` on.
-    fn hash_ids(&self, window: [u64; MAX_NGRAM_SIZE], ids: &[u32], out: &mut Vec<u32>) {
-        // The V4.1 shape (and its neighbours) get loops the compiler unrolls.
-        match (self.max_ngram_size, self.n_heads) {
-            (4, 8) => self.hash_fixed::<4, 8>(window, ids, out),
-            (3, 8) => self.hash_fixed::<3, 8>(window, ids, out),
-            (5, 8) => self.hash_fixed::<5, 8>(window, ids, out),
-            (4, 4) => self.hash_fixed::<4, 4>(window, ids, out),
-            _ => self.hash_any_shape(window, ids, out),
+    /// The history id from which a window reads pad: [`DEAD`] or EOS.
+    fn cut(&self) -> u32 {
+        match self.family {
+            Family::DeepSeekEngram => DeadCuts { pad: self.pad }.cut(),
+            Family::Qwen4ExpPle => self.eos_cuts().cut(),
         }
     }
 
-    /// Appends the compressed id of each token to `history`, [`DEAD`] where
-    /// the mask says the token is not real. Inputs were checked, so indexing cannot fail.
+    /// The Qwen4-Exp rule; its EOS is the layout's pad (validated inside
+    /// the vocabulary, so it fits `u32`).
+    fn eos_cuts(&self) -> EosCuts {
+        EosCuts {
+            eos: self.pad as u32,
+        }
+    }
+
+    /// Appends the rows of `ids`, hashed from `window` on.
+    fn hash_ids(&self, window: [u64; MAX_NGRAM_SIZE], ids: &[u32], out: &mut Vec<u32>) {
+        match self.family {
+            Family::DeepSeekEngram => self.hash_ids_by(DeadCuts { pad: self.pad }, window, ids, out),
+            Family::Qwen4ExpPle => self.hash_ids_by(self.eos_cuts(), window, ids, out),
+        }
+    }
+
+    /// [`Hasher::hash_ids`] under `rule`.
+    fn hash_ids_by<R: WindowRule>(
+        &self,
+        rule: R,
+        window: [u64; MAX_NGRAM_SIZE],
+        ids: &[u32],
+        out: &mut Vec<u32>,
+    ) {
+        // The V4.1 shape, Qwen4-Exp's (3, 8) and their neighbours get loops
+        // the compiler unrolls.
+        match (self.max_ngram_size, self.n_heads) {
+            (4, 8) => self.hash_fixed::<4, 8, R>(rule, window, ids, out),
+            (3, 8) => self.hash_fixed::<3, 8, R>(rule, window, ids, out),
+            (5, 8) => self.hash_fixed::<5, 8, R>(rule, window, ids, out),
+            (4, 4) => self.hash_fixed::<4, 4, R>(rule, window, ids, out),
+            _ => self.hash_any_shape(rule, window, ids, out),
+        }
+    }
+
+    /// Appends the compressed id of each token to `history`, the family's
+    /// masked id ([`DEAD`], or EOS) where the mask says the token is not
+    /// real. Inputs were checked, so indexing cannot fail.
     fn push_compressed(&self, history: &mut History, tokens: &[u32], mask: Option<&[bool]>) {
+        let masked = match self.family {
+            Family::DeepSeekEngram => DeadCuts { pad: self.pad }.masked_id(),
+            Family::Qwen4ExpPle => self.eos_cuts().masked_id(),
+        };
         let map = &self.token_map[..];
         match mask {
             None => history.ids.extend(tokens.iter().map(|&t| map[t as usize])),
@@ -337,22 +472,23 @@ impl Hasher {
                     tokens
                         .iter()
                         .zip(mask)
-                        .map(|(&t, &real)| if real { map[t as usize] } else { DEAD }),
+                        .map(|(&t, &real)| if real { map[t as usize] } else { masked }),
                 ),
         }
     }
 
     /// The hash for `N = max_ngram_size` and `H = n_heads` known at compile
     /// time. `window` is the state before `ids[0]`.
-    fn hash_fixed<const N: usize, const H: usize>(
+    fn hash_fixed<const N: usize, const H: usize, R: WindowRule>(
         &self,
+        rule: R,
         mut window: [u64; MAX_NGRAM_SIZE],
         ids: &[u32],
         out: &mut Vec<u32>,
     ) {
         let mut rows = [[0u32; H]; MAX_NGRAM_SIZE];
         for &id in ids {
-            shift_in(&mut window, N, id, self.pad);
+            rule.shift_in(&mut window, N, id);
             for table in &self.tables {
                 let m = &table.multipliers;
                 let mut mix = window[0].wrapping_mul(m[0]);
@@ -369,12 +505,18 @@ impl Hasher {
     }
 
     /// The hash for any shape, with run-time loop bounds.
-    fn hash_any_shape(&self, mut window: [u64; MAX_NGRAM_SIZE], ids: &[u32], out: &mut Vec<u32>) {
+    fn hash_any_shape<R: WindowRule>(
+        &self,
+        rule: R,
+        mut window: [u64; MAX_NGRAM_SIZE],
+        ids: &[u32],
+        out: &mut Vec<u32>,
+    ) {
         let start = out.len();
         out.resize(start + ids.len() * self.rows_per_token(), 0);
         let rows = out[start..].chunks_exact_mut(self.rows_per_token());
         for (&id, token_rows) in ids.iter().zip(rows) {
-            shift_in(&mut window, self.max_ngram_size, id, self.pad);
+            rule.shift_in(&mut window, self.max_ngram_size, id);
             self.hash_window(&window, token_rows);
         }
     }
@@ -420,19 +562,6 @@ impl Hasher {
                 }
             }
         }
-    }
-}
-
-/// Moves the window one token on: the new token's id at `k = 0`, the older
-/// ones one step further back. A dead token reads, and makes everything
-/// behind it read, as pad.
-#[inline(always)]
-fn shift_in(window: &mut [u64; MAX_NGRAM_SIZE], max_ngram_size: usize, id: u32, pad: u64) {
-    if id == DEAD {
-        window[..max_ngram_size].fill(pad);
-    } else {
-        window.copy_within(0..max_ngram_size - 1, 1);
-        window[0] = u64::from(id);
     }
 }
 
@@ -506,12 +635,12 @@ mod tests {
     fn window_reads_pad_from_the_first_dead_position() {
         let mut h = History::new(4).unwrap();
         h.ids = vec![10, DEAD, 11, 12];
-        assert_eq!(h.window(2)[..4], [12, 11, 2, 2]);
+        assert_eq!(h.window(DEAD, 2)[..4], [12, 11, 2, 2]);
         h.ids = vec![9, 10, 11, 12];
-        assert_eq!(h.window(2)[..4], [12, 11, 10, 2]);
+        assert_eq!(h.window(DEAD, 2)[..4], [12, 11, 10, 2]);
         h.ids = vec![10, 11];
-        assert_eq!(h.window(2)[..4], [11, 10, 2, 2]);
+        assert_eq!(h.window(DEAD, 2)[..4], [11, 10, 2, 2]);
         h.ids.push(DEAD);
-        assert_eq!(h.window(2)[..4], [2, 2, 2, 2]);
+        assert_eq!(h.window(DEAD, 2)[..4], [2, 2, 2, 2]);
     }
 }

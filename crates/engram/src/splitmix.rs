@@ -2,8 +2,9 @@
 //! the benchmarks' random rows and the replay's random weights draw from, so
 //! none needs a random-number crate and a seed reproduces a run.
 
-/// The golden-ratio increment of the generator's state.
-const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+/// The golden-ratio increment of the generator's state (also a term of the
+/// Qwen4-Exp multiplier seeds).
+pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// SplitMix64's finalizer: a well-spread hash of `z`.
 pub fn finalize(mut z: u64) -> u64 {
@@ -12,7 +13,8 @@ pub fn finalize(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// A well-spread hash of `x`: one step of the generator from state `x`.
+/// A well-spread hash of `x`: one step of the generator from state `x`
+/// (add [`GAMMA`], then [`finalize`]): the standard `splitmix64(x)`.
 pub fn mix(x: u64) -> u64 {
     finalize(x.wrapping_add(GAMMA))
 }

@@ -134,7 +134,10 @@ fn hf_synth_refuses_other_encodings_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let layout = preset(PRESET, SCALE).unwrap();
     let config = HfConfig {
-        params: preset_params(PRESET, SCALE).unwrap(),
+        params: preset_params(PRESET, SCALE)
+            .unwrap()
+            .into_deepseek("test")
+            .unwrap(),
         num_embeddings: layout.tables.iter().map(|t| t.rows).collect(),
         compressed_vocab_size: u64::from(layout.compressed_vocab_size),
         vocab_size: None,

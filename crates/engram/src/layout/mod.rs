@@ -7,19 +7,28 @@
 //! parameters ([`LayoutParams`]) and a `tokenizer.json`, or read from a model
 //! file, and then validated.
 //!
+//! Two families share the one [`Layout`] (and the one hash): DeepSeek's
+//! Engram tables ([`Family::DeepSeekEngram`]: folded token ids, NumPy-drawn
+//! multipliers, a dead position cuts the history) and Qwen4-Exp's PLE n-gram
+//! table ([`Family::Qwen4ExpPle`], derived from [`QwenParams`]: raw token ids,
+//! SplitMix64 multipliers, tables padded for storage, EOS cuts the history).
+//!
 //! Submodules: `numpy_rng` (NumPy's SeedSequence + PCG64 + bounded draws, for
 //! the multipliers), `primes` (the prime walk), `token_map` (tokenizer folding),
-//! `preset` (named layouts such as `deepseek-v4.1-flash`).
+//! `qwen` (the Qwen4-Exp parameters and derivation), `preset` (named layouts
+//! such as `deepseek-v4.1-flash` and `qwen3.8-flash-next`).
 
 use std::sync::Arc;
 
 pub mod numpy_rng;
 pub mod preset;
 pub mod primes;
+pub mod qwen;
 pub mod token_map;
 mod validate;
 
-pub use preset::{preset, preset_params, PRESETS};
+pub use preset::{preset, preset_params, PresetParams, PRESETS};
+pub use qwen::{derive_qwen_multipliers, QwenParams};
 pub use token_map::{encode, vendored_tokenizer, vendored_tokenizer_json, TokenMap};
 
 use crate::{Error, Result};
@@ -39,7 +48,47 @@ pub const MAX_TABLES: usize = 256;
 /// Multiplier seeds are `seed + LAYER_SEED_STRIDE * layer_id` (the reference's constant).
 pub const LAYER_SEED_STRIDE: u64 = 10007;
 
-/// The parameters a layout is derived from (as in a checkpoint's `config.json`).
+/// Which model family's hash a [`Layout`] follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// DeepSeek V4.1 Engram tables: tokenizer ids folded into compressed
+    /// ids; a dead (masked) position and everything before it read as the
+    /// pad id; tables stored exactly `rows` long.
+    DeepSeekEngram,
+    /// Qwen4-Exp (Qwen3.8-Flash-Next) PLE n-gram tables: raw token ids (an
+    /// identity token map); the pad is the EOS token, a masked position is
+    /// replaced by EOS, and walking back from a token the first earlier EOS
+    /// is kept and everything older reads as EOS; tables stored padded up to
+    /// a multiple of `make_ngram_vocab_size_divisible_by` rows.
+    Qwen4ExpPle,
+}
+
+impl Family {
+    /// Every family, in the order of their names in help texts.
+    pub const ALL: [Family; 2] = [Family::DeepSeekEngram, Family::Qwen4ExpPle];
+
+    /// The family's short name (`deepseek`, `qwen4exp`), as the CLI's JSON writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::DeepSeekEngram => "deepseek",
+            Family::Qwen4ExpPle => "qwen4exp",
+        }
+    }
+
+    /// The family named `name` (see [`Family::name`]).
+    pub fn from_name(name: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The parameters a DeepSeek Engram layout is derived from (as in a
+/// checkpoint's `config.json`); Qwen4-Exp layouts come from [`QwenParams`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayoutParams {
     /// Transformer layer ids that carry an Engram table, in order.
@@ -67,26 +116,33 @@ pub struct TableLayout {
     pub primes: Vec<u32>,
     /// Running sum of `primes` before each column (`offsets[0] == 0`).
     pub offsets: Vec<u32>,
-    /// Rows in the table: the sum of `primes`.
+    /// Rows the hash addresses: the sum of `primes`.
     pub rows: u64,
+    /// Rows the table holds as stored (`>= rows`): `rows` for DeepSeek;
+    /// for Qwen4-Exp `rows` rounded up to a multiple of
+    /// `make_ngram_vocab_size_divisible_by`, the pad rows never addressed.
+    pub stored_rows: u64,
     /// One odd multiplier per position in the n-gram (`max_ngram_size` values).
     pub multipliers: Vec<u64>,
 }
 
-/// The complete, validated layout of a model's Engram tables.
+/// The complete, validated layout of a model's Engram (or PLE) tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
+    /// Whose hash and history rule the tables follow.
+    pub family: Family,
     /// Largest n-gram order.
     pub max_ngram_size: usize,
     /// Hash heads per n-gram order.
     pub n_heads: usize,
     /// Values per row.
     pub head_dim: usize,
-    /// Tokenizer id -> compressed id.
+    /// Tokenizer id -> compressed id (the identity for Qwen4-Exp).
     pub token_map: Arc<[u32]>,
-    /// Number of distinct compressed ids.
+    /// Number of distinct compressed ids (the vocabulary size for Qwen4-Exp).
     pub compressed_vocab_size: u32,
-    /// Compressed id that dead positions (masked, before the start) read as.
+    /// Compressed id that dead positions (masked, before the start) read
+    /// as: the pad token's for DeepSeek, the EOS token id for Qwen4-Exp.
     pub pad_compressed_id: u32,
     /// The tables, in layer order.
     pub tables: Vec<TableLayout>,
@@ -113,8 +169,30 @@ impl TableLayout {
             primes,
             offsets,
             rows,
+            stored_rows: rows,
             multipliers,
         })
+    }
+
+    /// The table with `stored_rows` set to `rows` rounded up to a multiple
+    /// of `multiple` (as a checkpoint pads it). Fails for `multiple == 0`
+    /// or a count past `u64`.
+    pub fn padded_to(mut self, multiple: u64) -> Result<Self> {
+        let field = format!("table of layer {}: stored rows", self.layer_id);
+        if multiple == 0 {
+            return Err(Error::layout(field, "the padding multiple is 0"));
+        }
+        self.stored_rows = self
+            .rows
+            .div_ceil(multiple)
+            .checked_mul(multiple)
+            .ok_or_else(|| {
+                Error::layout(
+                    field,
+                    format!("{} rows padded to a multiple of {multiple} overflow u64", self.rows),
+                )
+            })?;
+        Ok(self)
     }
 }
 
@@ -189,8 +267,9 @@ impl Layout {
         )
     }
 
-    /// Assembles a layout from parts read elsewhere (a model file) and
-    /// validates it.
+    /// Assembles a DeepSeek Engram layout from parts read elsewhere (a
+    /// model file) and validates it; [`Layout::qwen_from_parts`] is the
+    /// Qwen4-Exp counterpart.
     pub fn from_parts(
         max_ngram_size: usize,
         n_heads: usize,
@@ -200,6 +279,7 @@ impl Layout {
         tables: Vec<TableLayout>,
     ) -> Result<Layout> {
         let layout = Layout {
+            family: Family::DeepSeekEngram,
             max_ngram_size,
             n_heads,
             head_dim,

@@ -1,10 +1,15 @@
 //! Primality and the prime walk that sizes every hash head.
 //!
-//! Each (table, order) walks up from `engram_vocab_size - 1`, taking the next
-//! `n_heads` primes no earlier head of any table or order has taken, so every
-//! head of the model gets a distinct prime modulus.
-
-use std::collections::HashSet;
+//! The DeepSeek reference walks each (table, order) up from
+//! `engram_vocab_size - 1`, taking the next `n_heads` primes no earlier head
+//! of any table or order has taken, so every head of the model gets a
+//! distinct prime modulus. The primes taken before any walk are always the
+//! first ones above `engram_vocab_size - 1`, so each walk skips exactly those
+//! and continues where the previous one stopped: head `g` of the model (tables
+//! in turn, columns in order within each) gets the `(g + 1)`-th prime
+//! `>= engram_vocab_size`. That is also Qwen4-Exp's rule (head `g = L *
+//! columns + h` takes the `(g + 1)`-th prime `>= ngram_vocab_size_base`),
+//! and one walk up computes it without re-testing the taken primes.
 
 use crate::{Error, Result};
 
@@ -58,13 +63,15 @@ fn passes_strong_test(n: u64, a: u64, odd: u64, shift: u32) -> bool {
     false
 }
 
-/// The smallest prime greater than `after` not in `taken`, if one fits `u32`.
-fn next_free_prime(after: u64, taken: &HashSet<u64>) -> Option<u64> {
-    (after.checked_add(1)?..=u64::from(u32::MAX)).find(|&c| is_prime(c) && !taken.contains(&c))
+/// The smallest prime greater than `after`, if one fits `u32`.
+fn next_prime(after: u64) -> Option<u64> {
+    (after.checked_add(1)?..=u64::from(u32::MAX)).find(|&c| is_prime(c))
 }
 
 /// The primes of every table: `result[table]` holds one prime per column,
-/// orders 2..=`max_ngram_size` in turn and `n_heads` heads within each.
+/// orders 2..=`max_ngram_size` in turn and `n_heads` heads within each;
+/// column `c` of table `t` is the `(t * columns + c + 1)`-th prime
+/// `>= engram_vocab_size`.
 ///
 /// Fails if a prime would not fit a `u32` row id.
 pub fn derive_primes(
@@ -79,23 +86,20 @@ pub fn derive_primes(
             "is 0; the prime walk starts at engram_vocab_size - 1",
         ));
     }
-    let mut taken = HashSet::new();
+    let columns = max_ngram_size.saturating_sub(1) * n_heads;
+    let mut last = engram_vocab_size - 1;
     let mut all = Vec::with_capacity(tables);
     for _ in 0..tables {
-        let mut table = Vec::with_capacity(max_ngram_size.saturating_sub(1) * n_heads);
-        for _order in 2..=max_ngram_size {
-            let mut search_from = engram_vocab_size - 1;
-            for _head in 0..n_heads {
-                let prime = next_free_prime(search_from, &taken).ok_or_else(|| {
-                    Error::layout(
-                        "engram_vocab_size",
-                        format!("{engram_vocab_size} leaves no free prime below 2^32 for a head"),
-                    )
-                })?;
-                taken.insert(prime);
-                table.push(prime as u32);
-                search_from = prime;
-            }
+        let mut table = Vec::with_capacity(columns);
+        for _ in 0..columns {
+            let prime = next_prime(last).ok_or_else(|| {
+                Error::layout(
+                    "engram_vocab_size",
+                    format!("{engram_vocab_size} leaves no free prime below 2^32 for a head"),
+                )
+            })?;
+            table.push(prime as u32);
+            last = prime;
         }
         all.push(table);
     }
@@ -136,6 +140,40 @@ mod tests {
         assert_eq!(p, vec![vec![11, 13, 17, 19], vec![23, 29, 31, 37]]);
         // engram_vocab_size itself is a candidate when prime.
         assert_eq!(derive_primes(1, 2, 1, 11).unwrap(), vec![vec![11]]);
+    }
+
+    /// The reference's walk as it is written: per (table, order), up from
+    /// `engram_vocab_size - 1`, skipping primes taken before.
+    fn restarting_walk(tables: usize, n: usize, heads: usize, base: u64) -> Vec<Vec<u32>> {
+        let mut taken = std::collections::HashSet::new();
+        let mut all = Vec::new();
+        for _ in 0..tables {
+            let mut table = Vec::new();
+            for _order in 2..=n {
+                let mut from = base - 1;
+                for _head in 0..heads {
+                    let p = (from + 1..)
+                        .find(|&c| trial_division(c) && !taken.contains(&c))
+                        .unwrap();
+                    taken.insert(p);
+                    table.push(p as u32);
+                    from = p;
+                }
+            }
+            all.push(table);
+        }
+        all
+    }
+
+    #[test]
+    fn one_walk_up_equals_the_restarting_walk() {
+        for (tables, n, heads, base) in [(2, 4, 8, 1000), (3, 3, 5, 2), (1, 5, 3, 97), (2, 2, 1, 1)] {
+            assert_eq!(
+                derive_primes(tables, n, heads, base).unwrap(),
+                restarting_walk(tables, n, heads, base),
+                "{tables} {n} {heads} {base}"
+            );
+        }
     }
 
     #[test]

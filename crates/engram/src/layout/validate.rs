@@ -1,7 +1,7 @@
 //! Consistency checks of a [`Layout`], whatever its origin (derived or read
 //! from a model file). Each failure names the value and says why it is wrong.
 
-use super::{primes::is_prime, Layout, TableLayout, MAX_HEADS, MAX_NGRAM_SIZE};
+use super::{primes::is_prime, Family, Layout, TableLayout, MAX_HEADS, MAX_NGRAM_SIZE};
 use crate::{Error, Result};
 
 /// Row ids are `u32`, so a table may hold at most 2^32 rows.
@@ -10,15 +10,24 @@ const MAX_ROWS: u64 = 1 << 32;
 /// The n-gram size and head count every layout (and every set of
 /// parameters one is derived from) must stay within.
 pub(super) fn check_hash_shape(max_ngram_size: usize, n_heads: usize) -> Result<()> {
+    check_hash_shape_named(("max_ngram_size", max_ngram_size), ("n_heads", n_heads))
+}
+
+/// [`check_hash_shape`] with the fields named as the parameters' source
+/// names them (`ngram_size`, `heads_per_ngram` in a Qwen4-Exp config).
+pub(super) fn check_hash_shape_named(
+    (ngram_field, max_ngram_size): (&str, usize),
+    (heads_field, n_heads): (&str, usize),
+) -> Result<()> {
     if !(2..=MAX_NGRAM_SIZE).contains(&max_ngram_size) {
         return Err(Error::layout(
-            "max_ngram_size",
+            ngram_field,
             format!("{max_ngram_size} is outside 2..={MAX_NGRAM_SIZE}"),
         ));
     }
     if !(1..=MAX_HEADS).contains(&n_heads) {
         return Err(Error::layout(
-            "n_heads",
+            heads_field,
             format!("{n_heads} is outside 1..={MAX_HEADS}"),
         ));
     }
@@ -27,8 +36,10 @@ pub(super) fn check_hash_shape(max_ngram_size: usize, n_heads: usize) -> Result<
 
 impl Layout {
     /// Checks every invariant the hash relies on: shapes, primes, offsets,
-    /// rows, odd multipliers that cannot overflow `i64` with any compressed
-    /// id, and a token map and pad inside the compressed vocabulary.
+    /// rows (and stored rows: equal for DeepSeek, at least as many for
+    /// Qwen4-Exp), odd multipliers that cannot overflow `i64` with any
+    /// compressed id, and a token map and pad inside the compressed
+    /// vocabulary (for Qwen4-Exp, the identity map).
     pub fn validate(&self) -> Result<()> {
         self.validate_shape()?;
         self.validate_token_map()?;
@@ -92,6 +103,26 @@ impl Layout {
                 format!("compressed id {id} is outside the compressed vocab of {cvocab}"),
             ));
         }
+        if self.family == Family::Qwen4ExpPle {
+            if self.token_map.len() != cvocab as usize {
+                return Err(Error::layout(
+                    "token_map",
+                    format!(
+                        "has {} entries, but a qwen4exp layout hashes raw ids: the vocab is {cvocab}",
+                        self.token_map.len()
+                    ),
+                ));
+            }
+            if let Some(token) = (0..self.token_map.len()).find(|&t| self.token_map[t] as usize != t) {
+                return Err(Error::layout(
+                    format!("token_map[{token}]"),
+                    format!(
+                        "is {}, but a qwen4exp layout hashes raw ids (the identity map)",
+                        self.token_map[token]
+                    ),
+                ));
+            }
+        }
         if self.pad_compressed_id >= cvocab {
             return Err(Error::layout(
                 "pad_compressed_id",
@@ -150,7 +181,36 @@ impl Layout {
                 format!("{} rows do not fit u32 row ids", table.rows),
             ));
         }
+        self.validate_stored_rows(table, &name)?;
         self.validate_multipliers(table, &name)
+    }
+
+    fn validate_stored_rows(&self, table: &TableLayout, name: &dyn Fn(&str) -> String) -> Result<()> {
+        if table.stored_rows < table.rows {
+            return Err(Error::layout(
+                name("stored_rows"),
+                format!(
+                    "is {}, fewer than the {} rows the hash addresses",
+                    table.stored_rows, table.rows
+                ),
+            ));
+        }
+        if table.stored_rows > MAX_ROWS {
+            return Err(Error::layout(
+                name("stored_rows"),
+                format!("{} rows do not fit u32 row ids", table.stored_rows),
+            ));
+        }
+        if self.family == Family::DeepSeekEngram && table.stored_rows != table.rows {
+            return Err(Error::layout(
+                name("stored_rows"),
+                format!(
+                    "is {}, but a deepseek table is stored exactly its {} rows",
+                    table.stored_rows, table.rows
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn validate_multipliers(

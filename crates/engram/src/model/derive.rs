@@ -79,7 +79,7 @@ pub fn layout(config: &Path, params: &LayoutParams, token_map: &TokenMap) -> Res
 pub fn preset(name: &str, scale: u64) -> Result<(Layout, LayoutParams)> {
     Ok((
         layout::preset(name, scale)?,
-        layout::preset_params(name, scale)?,
+        layout::preset_params(name, scale)?.into_deepseek("a synthetic model")?,
     ))
 }
 

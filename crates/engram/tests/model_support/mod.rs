@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use std::path::Path;
 
-use engram::layout::{Layout, TableLayout};
+use engram::layout::{Family, Layout, TableLayout};
 use engram::model::Model;
 use engram::Error;
 
@@ -23,6 +23,7 @@ pub fn table(layer_id: u32, primes: &[u32], multipliers: &[u64]) -> TableLayout 
         primes: primes.to_vec(),
         offsets,
         rows: sum,
+        stored_rows: sum,
         multipliers: multipliers.to_vec(),
     }
 }
@@ -31,6 +32,7 @@ pub fn table(layer_id: u32, primes: &[u32], multipliers: &[u64]) -> TableLayout 
 /// a few thousand rows; 12 tokens folded into 6 compressed ids.
 pub fn tiny_layout() -> Layout {
     Layout {
+        family: Family::DeepSeekEngram,
         max_ngram_size: 3,
         n_heads: 2,
         head_dim: 256,

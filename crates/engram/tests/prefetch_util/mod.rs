@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use engram::layout::{Layout, TableLayout};
+use engram::layout::{Family, Layout, TableLayout};
 use engram::prefetch::source::RowSource;
 
 // Not every test binary that includes this module uses each of these.
@@ -28,10 +28,12 @@ pub fn tiny_layout() -> Layout {
             primes: primes.to_vec(),
             offsets,
             rows: u64::from(sum),
+            stored_rows: u64::from(sum),
             multipliers: m.to_vec(),
         }
     };
     Layout {
+        family: Family::DeepSeekEngram,
         max_ngram_size: 3,
         n_heads: 2,
         head_dim: 8,

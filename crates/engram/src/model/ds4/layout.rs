@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::meta::Meta;
 use super::Dialect;
 use crate::codec::ROW_DIM;
-use crate::layout::{Layout, TableLayout};
+use crate::layout::{Family, Layout, TableLayout};
 use crate::model::gguf::Value;
 use crate::model::{checks, derive};
 use crate::{Error, Result};
@@ -276,6 +276,7 @@ fn assemble(meta: &Meta, layer_ids: &[u32], hash: Hash) -> Result<Layout> {
         .collect::<Result<Vec<_>>>()?;
     check_rows_and_offsets(meta, &tables)?;
     Ok(Layout {
+        family: Family::DeepSeekEngram,
         max_ngram_size: shape.max_ngram_size,
         n_heads: shape.n_heads,
         head_dim: ROW_DIM,
