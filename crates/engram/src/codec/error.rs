@@ -4,8 +4,10 @@ use super::Encoding;
 
 /// Why a row could not be decoded, checked or encoded.
 ///
-/// Value indices count from 0 to 255 within the row; groups are the 8 runs
-/// of 32 values that share one scale byte.
+/// Value indices count from 0 within the row (to 255 for the DeepSeek
+/// encodings, to `dim - 1` for the others); groups are the 8 runs of 32
+/// values that share one scale byte of a DeepSeek row; blocks are the runs
+/// of 32 values of a ggml row or the groups of an `mlx4` row.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub enum CodecError {
@@ -65,6 +67,102 @@ pub enum CodecError {
         /// The group's largest magnitude.
         amax: f32,
     },
+    /// A stored bf16, f16 or f32 value is NaN or infinite.
+    NonFiniteValue {
+        /// Index of the value in the row.
+        index: usize,
+        /// The stored format (`bf16`, `f16`, `f32`).
+        format: &'static str,
+        /// The value's bits as stored (the low 16 for bf16 and f16).
+        bits: u32,
+    },
+    /// A valid E4M3 code times the table's global fp8 scale overflows.
+    ScaledNotFinite {
+        /// Index of the value in the row.
+        index: usize,
+        /// The E4M3 byte.
+        code: u8,
+        /// The table's scale.
+        scale: f32,
+    },
+    /// A block's stored scale or minimum (ggml `d` / `m`, f16) or a group's
+    /// scale or bias (`mlx4`, bf16) is NaN or infinite.
+    NonFiniteBlockScale {
+        /// Index of the 32-value block or group.
+        block: usize,
+        /// Which field: `d`, `m`, `scale` or `bias`.
+        field: &'static str,
+        /// Its stored format (`f16`, `bf16`).
+        format: &'static str,
+        /// Its bits as stored.
+        bits: u16,
+    },
+    /// An `mlx4` value, `code * scale + bias` from finite parts, overflows.
+    AffineNotFinite {
+        /// Index of the value in the row.
+        index: usize,
+        /// The 4-bit code.
+        code: u8,
+        /// Its group's scale.
+        scale: f32,
+        /// Its group's bias.
+        bias: f32,
+    },
+    /// An encoding's parameters are invalid (a `dim` of 0 or, for a block
+    /// format, not a multiple of 32; an fp8 scale not finite and positive).
+    InvalidParams {
+        /// The encoding as given.
+        encoding: Encoding,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The f32 input of an encode has the wrong length.
+    InputLength {
+        /// The encoding being written.
+        encoding: Encoding,
+        /// Values that encoding's rows hold.
+        expected: usize,
+        /// Values given.
+        actual: usize,
+    },
+    /// An encoder input value is NaN or infinite.
+    NonFiniteInput {
+        /// The encoding being written.
+        encoding: Encoding,
+        /// Index of the value in the row.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
+    /// An encoder input value is finite but beyond what the format holds
+    /// (it would round to infinity in bf16 or f16, or past 448 in E4M3FN
+    /// after the fp8 scale).
+    OutOfRange {
+        /// The encoding being written.
+        encoding: Encoding,
+        /// Index of the value in the row.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
+    /// A block's computed scale or minimum does not fit its f16 (ggml) or
+    /// bf16 (`mlx4`) field.
+    BlockScaleOutOfRange {
+        /// The encoding being written.
+        encoding: Encoding,
+        /// Index of the 32-value block or group.
+        block: usize,
+        /// Which field: `d`, `m`, `scale` or `bias`.
+        field: &'static str,
+        /// The f32 value that does not fit.
+        value: f32,
+    },
+    /// The encoding has no encoder from f32 values (the DeepSeek ones:
+    /// their rows come from checkpoints or from [`super::encode_row136`]).
+    EncodeUnsupported {
+        /// The encoding asked for.
+        encoding: Encoding,
+    },
     /// A transcode between two encodings that is not implemented.
     Unsupported {
         /// Source encoding.
@@ -115,6 +213,70 @@ impl std::fmt::Display for CodecError {
                 "group {group}: largest magnitude {amax:e} has no pair of E5M3 scales \
                  around it inside [2^-17, 30720]"
             ),
+            CodecError::NonFiniteValue {
+                index,
+                format,
+                bits,
+            } => write!(f, "value {index}: stored {format} {bits:#x} is NaN or infinite"),
+            CodecError::ScaledNotFinite { index, code, scale } => write!(
+                f,
+                "value {index} overflows: E4M3 code {code:#04x} times the table scale {scale:e}"
+            ),
+            CodecError::NonFiniteBlockScale {
+                block,
+                field,
+                format,
+                bits,
+            } => write!(
+                f,
+                "block {block} (values {}..{}): {format} {field} {bits:#06x} is NaN or infinite",
+                block * 32,
+                block * 32 + 32
+            ),
+            CodecError::AffineNotFinite {
+                index,
+                code,
+                scale,
+                bias,
+            } => write!(
+                f,
+                "value {index} overflows: code {code} * scale {scale:e} + bias {bias:e}"
+            ),
+            CodecError::InvalidParams { encoding, reason } => {
+                write!(f, "{encoding} with {} values per row: {reason}", encoding.values())
+            }
+            CodecError::InputLength {
+                encoding,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "{actual} values given, {encoding} rows hold {expected}"
+            ),
+            CodecError::NonFiniteInput {
+                encoding,
+                index,
+                value,
+            } => write!(f, "value {index} ({value}) cannot be encoded as {encoding}"),
+            CodecError::OutOfRange {
+                encoding,
+                index,
+                value,
+            } => write!(f, "value {index} ({value:e}) is out of {encoding}'s range"),
+            CodecError::BlockScaleOutOfRange {
+                encoding,
+                block,
+                field,
+                value,
+            } => write!(
+                f,
+                "block {block} (values {}..{}): {field} {value:e} does not fit {encoding}'s field",
+                block * 32,
+                block * 32 + 32
+            ),
+            CodecError::EncodeUnsupported { encoding } => {
+                write!(f, "{encoding} rows have no encoder from f32 values")
+            }
             CodecError::Unsupported { from, to } => write!(
                 f,
                 "cannot transcode {from} to {to}: only identity copies and \

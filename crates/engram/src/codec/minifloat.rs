@@ -1,5 +1,6 @@
 //! The small number formats inside rows: E4M3FN values, E8M0 and E5M3 group
-//! scales, the Lloyd 4-bit codebook, and BF16 rounding.
+//! scales, the Lloyd 4-bit codebook, BF16 rounding, and the IEEE half and
+//! BF16 conversions of the dense and block formats.
 //!
 //! Every table here is built at compile time from the format definition, so
 //! the hot decode loops are plain lookups with no per-value branching.
@@ -133,6 +134,118 @@ pub fn bf16_round_bits(bits: u32) -> u32 {
 #[inline(always)]
 pub fn bf16_round(value: f32) -> f32 {
     f32::from_bits(bf16_round_bits(value.to_bits()))
+}
+
+/// The exact f32 value of IEEE binary16 bits (1 sign, 5 exponent bits with
+/// bias 15, 10 mantissa bits); every half is an f32, subnormals included.
+/// Infinities and NaNs map to the f32 ones (callers check for them first).
+#[inline(always)]
+pub fn f16_to_f32(bits: u16) -> f32 {
+    let sign = u32::from(bits & 0x8000) << 16;
+    let exponent = u32::from(bits >> 10) & 0x1f;
+    let mantissa = u32::from(bits & 0x3ff);
+    let magnitude = match exponent {
+        // mantissa * 2^-24: exact (at most 10 significant bits).
+        0 => mantissa as f32 * pow2(-24),
+        31 => f32::from_bits(0x7f80_0000 | mantissa << 13),
+        // The fields moved into an f32's, exponent rebiased from 15 to 127.
+        _ => f32::from_bits((exponent + 112) << 23 | mantissa << 13),
+    };
+    f32::from_bits(magnitude.to_bits() | sign)
+}
+
+/// True when half bits are an infinity or a NaN (exponent field all ones).
+#[inline(always)]
+pub const fn f16_is_non_finite(bits: u16) -> bool {
+    bits & 0x7c00 == 0x7c00
+}
+
+/// The half nearest `value` (ties to even), as bits; values at or beyond
+/// 65520 in magnitude round to infinity, NaN stays a (quiet) NaN. This is
+/// the conversion ggml's `GGML_FP32_TO_FP16` performs (F16C `vcvtps2ph`
+/// with round-to-nearest-even, or its software fallback).
+pub fn f32_to_f16(value: f32) -> u16 {
+    let bits = value.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let magnitude = bits & 0x7fff_ffff;
+    if magnitude > 0x7f80_0000 {
+        return sign | 0x7e00;
+    }
+    // Below 2^-14 (f32 bits 0x3880_0000) the half is subnormal: a multiple
+    // of 2^-24. magnitude = m * 2^(e - 150) with the implicit bit in m, so
+    // the half mantissa is m * 2^(e - 126), rounded.
+    let (truncated, dropped_bits, dropped) = if magnitude < 0x3880_0000 {
+        let e = magnitude >> 23;
+        if e < 102 {
+            // Below 2^-25: at most half of the smallest subnormal. Exactly
+            // 2^-25 (e = 102, m = 2^23) is handled below as a tie to 0.
+            return sign;
+        }
+        let m = (magnitude & 0x007f_ffff) | 0x0080_0000;
+        let shift = 126 - e; // 14..=24
+        (m >> shift, shift, m & ((1 << shift) - 1))
+    } else {
+        // Normal: drop 13 mantissa bits and rebias the exponent; a carry out
+        // of the mantissa moves into the exponent, up to infinity (0x7c00).
+        let rebiased = (magnitude >> 13).saturating_sub((127 - 15) << 10);
+        if rebiased >= 0x7c00 {
+            return sign | 0x7c00;
+        }
+        (rebiased, 13, magnitude & 0x1fff)
+    };
+    let half = 1u32 << (dropped_bits - 1);
+    let round_up = dropped > half || (dropped == half && truncated & 1 == 1);
+    let rounded = (truncated + u32::from(round_up)).min(0x7c00);
+    sign | rounded as u16
+}
+
+/// The f32 value of BF16 bits: the high half of an f32, exact.
+#[inline(always)]
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
+}
+
+/// True when BF16 bits are an infinity or a NaN.
+#[inline(always)]
+pub const fn bf16_is_non_finite(bits: u16) -> bool {
+    bits & 0x7f80 == 0x7f80
+}
+
+/// The BF16 nearest `value` (ties to even), as bits; see [`bf16_round_bits`].
+#[inline(always)]
+pub fn f32_to_bf16(value: f32) -> u16 {
+    if value.is_nan() {
+        return ((value.to_bits() >> 16) as u16) | 0x0040;
+    }
+    (bf16_round_bits(value.to_bits()) >> 16) as u16
+}
+
+/// The E4M3FN code nearest `value` (ties to the even code), or `None` when
+/// `value` is NaN or its magnitude is above 464, the midpoint between 448
+/// (the largest finite E4M3FN value) and 480 (which would be the NaN code):
+/// E4M3FN has no infinity to round to. A tie at 464 goes to 448 (even).
+pub fn f32_to_e4m3(value: f32) -> Option<u8> {
+    let magnitude = value.abs();
+    if magnitude.is_nan() || magnitude > 464.0 {
+        return None;
+    }
+    // Codes 0x00..=0x7e are the non-negative finite values in ascending
+    // order: find the last one at or below the magnitude, then compare it
+    // with the next one up.
+    let finite = &E4M3_TABLE[..0x7f];
+    let below = finite.partition_point(|&v| v <= magnitude) - 1;
+    let code = if below == 0x7e {
+        0x7e
+    } else {
+        let (low, high) = (finite[below], finite[below + 1]);
+        let (to_low, to_high) = (magnitude - low, high - magnitude);
+        if to_high < to_low || (to_high == to_low && below & 1 == 1) {
+            below + 1
+        } else {
+            below
+        }
+    };
+    Some(code as u8 | if value.is_sign_negative() { 0x80 } else { 0 })
 }
 
 /// Index of the Lloyd level nearest to `x` (a magnitude already divided by

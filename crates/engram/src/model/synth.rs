@@ -88,6 +88,11 @@ pub fn fill_rows(
                 crate::codec::encode_row136(&src, row).map_err(|e| e.into_error(table, r))?;
             }
         }
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "synthetic rows are written only in the DeepSeek encodings, not {other}"
+            )))
+        }
     }
     Ok(())
 }
