@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_void};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use engram::codec::{Encoding, ROW_DIM};
+use engram::codec::Encoding;
 use engram::open::OpenEngine;
 use engram::prefetch::RowFormat;
 
@@ -99,7 +99,7 @@ impl EngineObj {
             tables: layout.tables.len() as u32,
             rows_per_token: layout.columns() as u32,
             vocab_size: layout.vocab_size() as u32,
-            row_dim: ROW_DIM as u32,
+            row_dim: self.0.row_dim(0) as u32,
             max_wait_tokens: config.ring_tokens(),
             format: options::format_code(config.format),
             backend: options::backend_code(self.backend),

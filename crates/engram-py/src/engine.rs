@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use engram::codec::ROW_DIM;
 use engram::hot::HotConfig;
 use engram::io::fault::FaultPlan;
 use engram::io::IoConfig;
@@ -199,7 +198,7 @@ impl Engine {
             tables: layout.tables.len(),
             rows_per_token: layout.columns(),
             vocab_size: layout.vocab_size(),
-            row_dim: ROW_DIM,
+            row_dim: e.row_dim(0),
             layer_ids: layout.tables.iter().map(|t| t.layer_id).collect(),
             table_rows: e.model.tables.iter().map(|t| t.rows).collect(),
             stored_row_bytes: (0..e.tables()).map(|t| source.row_bytes(t)).collect(),
@@ -248,11 +247,12 @@ impl Engine {
         let n = ids.len();
         match format {
             RowFormat::F32 => {
-                let mut values = vec![0f32; n * ROW_DIM];
+                let dim = e.row_dim(table);
+                let mut values = vec![0f32; n * dim];
                 py.detach(|| e.read_rows(table, &ids, format, f32_bytes(&mut values)))
                     .py_err()?;
                 Ok(PyArray1::from_vec(py, values)
-                    .reshape([n, ROW_DIM])?
+                    .reshape([n, dim])?
                     .into_any())
             }
             RowFormat::Raw => {

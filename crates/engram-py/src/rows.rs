@@ -2,7 +2,6 @@
 //! that own their memory, so an array stays valid (and unchanged) however
 //! long it lives, whatever the engine does next.
 
-use engram::codec::ROW_DIM;
 use engram::prefetch::RowsView;
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
@@ -11,8 +10,8 @@ use crate::engine::f32_bytes;
 
 /// A copy of a wait's rows, made without the GIL.
 pub(crate) struct OwnedRows {
-    /// tokens x rows_per_token x values per row (ROW_DIM floats or
-    /// row_bytes bytes).
+    /// tokens x rows_per_token x values per row (the table's row_dim
+    /// floats, or row_bytes bytes).
     shape: [usize; 3],
     data: RowData,
 }
@@ -33,7 +32,7 @@ impl OwnedRows {
             let mut values = vec![0f32; view.byte_len() / 4];
             view.copy_to(f32_bytes(&mut values))?;
             OwnedRows {
-                shape: [tokens, rows_per_token, ROW_DIM],
+                shape: [tokens, rows_per_token, view.row_bytes() / 4],
                 data: RowData::F32(values),
             }
         } else {

@@ -6,9 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use engram::codec::Encoding;
 use engram::io::{open_source, IoConfig};
-use engram::layout::{preset, preset::qwen_params, QwenParams};
+use engram::layout::{preset, QwenParams};
 use engram::model::qwen::synth::{self, QwenFormat};
 use engram::model::{Model, NoProgress};
 use engram::prefetch::{Engine, PrefetchConfig, RowFormat};
@@ -21,7 +20,7 @@ const SCALE: u64 = 8192;
 const SEED: u64 = 11;
 
 fn params() -> QwenParams {
-    qwen_params(PRESET, SCALE).unwrap()
+    synth::preset_params(PRESET, SCALE).unwrap()
 }
 
 fn write(dir: &Path, format: QwenFormat, encoding: &str) -> PathBuf {
@@ -128,7 +127,7 @@ fn check_engine(model: &Model, format: RowFormat) {
     while upto < 200 {
         let from = upto;
         upto = (upto + 48).min(200);
-        let view = prefill.wait(0, upto).unwrap();
+        let view = prefill.wait(0, upto as u32).unwrap();
         let first = view.first_token() as usize;
         assert!(first <= from);
         let got = view.to_vec();

@@ -105,7 +105,7 @@ fn third_party_models_give_their_writers_values() {
         let mut upto = 0;
         while upto < prompt.len() {
             upto = (upto + 40).min(prompt.len());
-            let view = prefill.wait(0, upto).unwrap();
+            let view = prefill.wait(0, upto as u32).unwrap();
             let first = view.first_token() as usize;
             assert!(bits(&view.to_f32_vec()) == expect(&ids[first * 16..upto * 16]), "{}: prefill to {upto}", case.name);
         }

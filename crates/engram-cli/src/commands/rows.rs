@@ -3,7 +3,6 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use engram::codec::ROW_DIM;
 use engram::model::Model;
 use serde_json::json;
 
@@ -51,7 +50,8 @@ pub fn run(args: Args) -> engram::Result<()> {
         RowFormat::F32 => {
             let mut values = Vec::new();
             model.read_rows_f32(args.table, &args.ids, &mut values)?;
-            let rows: Vec<&[f32]> = values.chunks_exact(ROW_DIM).collect();
+            let dim = model.table(args.table)?.encoding.values();
+            let rows: Vec<&[f32]> = values.chunks_exact(dim).collect();
             if args.json {
                 crate::emit(&json!({ "rows": rows }).to_string());
             } else {

@@ -107,7 +107,7 @@ fn qwen(
     layout: &engram::layout::Layout,
     bar: &crate::progress::Bar,
 ) -> engram::Result<(PathBuf, engram::codec::Encoding)> {
-    let params = layout::preset::qwen_params(&args.preset, args.scale)?;
+    let params = qwen_synth::preset_params(&args.preset, args.scale)?;
     let (format, default) = match args.format {
         Format::Gguf => (QwenFormat::Gguf, "bf16"),
         Format::Hf => (QwenFormat::Hf, "bf16"),

@@ -12,7 +12,6 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::{Model, TableLocation};
-use crate::codec::ROW_DIM;
 use crate::{Error, Result};
 
 impl Model {
@@ -142,16 +141,17 @@ impl<'a> OpenParts<'a> {
 
 impl Model {
     /// Appends rows `ids` of table `table`, decoded to BF16-rounded f32
-    /// ([`ROW_DIM`] values per row), to `out`. A corrupt row is an
+    /// (the encoding's values per row), to `out`. A corrupt row is an
     /// [`Error::CorruptRow`] naming it.
     pub fn read_rows_f32(&self, table: usize, ids: &[u64], out: &mut Vec<f32>) -> Result<()> {
         let loc = self.table(table)?;
         let mut raw = Vec::new();
         self.read_raw_rows(table, ids, &mut raw)?;
         let start = out.len();
-        out.resize(start + ids.len() * ROW_DIM, 0.0);
+        let dim = loc.encoding.values();
+        out.resize(start + ids.len() * dim, 0.0);
         let rows = raw.chunks_exact(loc.full_row_bytes());
-        for ((row, &id), dst) in rows.zip(ids).zip(out[start..].chunks_exact_mut(ROW_DIM)) {
+        for ((row, &id), dst) in rows.zip(ids).zip(out[start..].chunks_exact_mut(dim)) {
             loc.encoding
                 .decode_row(row, dst)
                 .map_err(|e| e.into_error(table, id))?;

@@ -118,7 +118,7 @@ impl QwenConfig {
             make_ngram_vocab_size_divisible_by: divisible_by,
             seed,
             eos_token_id: narrow("eos_token_id", eos, u64::from(u32::MAX))? as u32,
-            ple_layer_ids: ple_layers,
+            layer_ids: ple_layers,
             row_dim: narrow("ple_embed_dim", embed_dim / heads, 1 << 16)? as usize,
         };
         let split_ngram_parts = fields.opt_int("split_ngram_parts")?;

@@ -46,7 +46,7 @@ impl Tensor {
     /// Reads the whole tensor (a small one: a constant or a scale).
     fn read_small(&self, max: usize) -> Result<Vec<u8>> {
         let elems: usize = self.shape.iter().product();
-        let len = elems * self.dtype.size();
+        let len = elems * self.dtype.bitsize() / 8;
         if len > max {
             return Err(self.err(format!("{len} bytes, expected at most {max}")));
         }

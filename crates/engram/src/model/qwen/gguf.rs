@@ -137,7 +137,7 @@ pub fn model_from_header(path: &Path, header: &GgufHeader) -> Result<Model> {
         make_ngram_vocab_size_divisible_by: 1,
         seed,
         eos_token_id: eos as u32,
-        ple_layer_ids: vec![keys.narrow(&k("ple.layers"), layer, u64::from(u32::MAX))? as u32],
+        layer_ids: vec![keys.narrow(&k("ple.layers"), layer, u64::from(u32::MAX))? as u32],
         row_dim: keys.narrow(&k("embedding_length_per_layer_input"), row_dim, 1 << 16)? as usize,
     };
     let mut layout = derive_layout(path, &params)?;

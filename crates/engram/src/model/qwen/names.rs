@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn every_converter_prefix_and_shard_spelling_parses() {
-        let table = |shard, array| Some((1, PleTensor::Table { shard, array })));
+        let table = |shard, array| Some((1, PleTensor::Table { shard, array }));
         let w = TableArray::Weight;
         for (name, want) in [
             ("model.language_model.layers.1.ple.ple_embedding.ngram_embedding.shard_0.weight", table(Some(0), w)),

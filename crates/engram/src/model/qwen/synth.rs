@@ -38,7 +38,7 @@ pub enum QwenFormat {
 pub const SYNTH_PARTS: u64 = 5;
 
 /// The value of the FP8 tables' global scale.
-pub const FP8_SCALE: f32 = 1.0 / 256.0;
+pub const FP8_SCALE: f32 = 1.0 / 128.0;
 
 /// The synthetic GGUF's file name inside its output directory.
 pub const GGUF_FILE: &str = "model.gguf";
@@ -86,6 +86,18 @@ pub fn fill_rows(seed: u64, table: usize, encoding: Encoding, first_row: u64, ou
             .map_err(|e| e.into_error(table, r))?;
     }
     Ok(())
+}
+
+/// The Qwen4-Exp parameters of preset `name` at `scale`, or an error
+/// naming the preset's family when it is not a Qwen4-Exp one.
+pub fn preset_params(name: &str, scale: u64) -> Result<QwenParams> {
+    match crate::layout::preset_params(name, scale)? {
+        crate::layout::PresetParams::Qwen(p) => Ok(p),
+        other => Err(Error::InvalidArgument(format!(
+            "{name} is a {} preset, not a Qwen4-Exp one",
+            other.family()
+        ))),
+    }
 }
 
 /// The encoding synthetic rows of `name` are written in.
