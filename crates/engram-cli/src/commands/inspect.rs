@@ -95,6 +95,7 @@ fn format_name(f: ModelFormat) -> &'static str {
     match f {
         ModelFormat::Gguf => "gguf",
         ModelFormat::HuggingFace => "hf",
+        ModelFormat::Mlx => "mlx",
     }
 }
 

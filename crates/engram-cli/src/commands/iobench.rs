@@ -1,5 +1,5 @@
 //! `engram iobench`: how fast this machine's storage serves Engram rows
-//! through each backend: single rows, decode batches (24 random rows of one
+//! through each backend: single rows, decode batches (a token's random rows of one
 //! table) and a prefill batch (the rows of 2,048 consecutive tokens of real
 //! text, through the real hash).
 
@@ -17,8 +17,6 @@ use engram::splitmix::SplitMix64;
 use engram::{Error, Result};
 use serde::Serialize;
 
-/// Rows a decode step reads from one table (8 heads x orders 2..4).
-const ROWS_PER_DECODE_BATCH: usize = 24;
 /// Tokens in the prefill batch (one ds4 prefill chunk).
 const PREFILL_TOKENS: usize = 2048;
 
@@ -141,6 +139,7 @@ pub fn run(args: &IobenchArgs) -> Result<()> {
     let bench = Bench {
         source: RefCell::new(Some(source)),
         tables: &model.tables,
+        decode_rows: model.layout.columns(),
         config,
         cold: args.cold,
         gap: Duration::from_micros(args.gap_us),
@@ -180,7 +179,7 @@ const OWN_SOURCES: &[&str] = &[
 
 /// The row ids of table `table` for the first [`PREFILL_TOKENS`] tokens of
 /// `text` (vendored tokenizer, the model's layout, the real hash), in token
-/// order: 24 per token.
+/// order: the layout's columns per token (24 for V4.1, 16 for Qwen4-Exp).
 fn prefill_rows(model: &Model, table: usize, text: &str) -> Result<Vec<u32>> {
     let tokens = encode(vendored_tokenizer()?, text, "vendored")?;
     if tokens.len() < PREFILL_TOKENS {
@@ -213,6 +212,9 @@ fn prefill_rows(model: &Model, table: usize, text: &str) -> Result<Vec<u32>> {
 struct Bench<'a> {
     source: RefCell<Option<Arc<dyn RowSource>>>,
     tables: &'a [TableLocation],
+    /// Rows a decode step reads from one table (V4.1: 8 heads x orders
+    /// 2..4 = 24; Qwen4-Exp: 16).
+    decode_rows: usize,
     config: IoConfig,
     cold: bool,
     /// Idle time before each timed read of the single and decode phases.
@@ -276,12 +278,12 @@ impl Bench<'_> {
 
     fn decode_batches(&self, n: usize, rng: &mut SplitMix64) -> Result<DecodeReport> {
         let source = self.prepare()?;
-        eprintln!("iobench: {n} decode batches of {ROWS_PER_DECODE_BATCH} rows ...");
+        eprintln!("iobench: {n} decode batches of {} rows ...", self.decode_rows);
         let reads: Vec<(usize, Vec<u32>)> = (0..n)
             .map(|b| {
                 let table = b % source.tables();
                 let rows = source.table_rows(table);
-                let ids = (0..ROWS_PER_DECODE_BATCH)
+                let ids = (0..self.decode_rows)
                     .map(|_| rng.below(rows) as u32)
                     .collect();
                 (table, ids)
@@ -292,7 +294,7 @@ impl Bench<'_> {
         let mean = times.iter().sum::<u64>() as f64 / times.len().max(1) as f64;
         Ok(DecodeReport {
             batches: n,
-            rows_per_batch: ROWS_PER_DECODE_BATCH,
+            rows_per_batch: self.decode_rows,
             mean_us: round2(mean / 1000.0),
             p50_us: us(h.value_at_quantile(0.5)),
             p99_us: us(h.value_at_quantile(0.99)),

@@ -35,6 +35,8 @@ pub enum ModelFormat {
     Gguf,
     /// A Hugging Face checkpoint directory with safetensors shards.
     HuggingFace,
+    /// An MLX checkpoint directory (safetensors with quantized rows).
+    Mlx,
 }
 
 /// One stored array of a table's rows inside one shard: `bytes_per_row`

@@ -156,8 +156,12 @@ pub fn open(dir: &Path, json: &serde_json::Value) -> Result<Model> {
         ));
     }
     Ok(Model {
-        format: ModelFormat::HuggingFace,
-        dialect: if mlx { "qwen4exp-mlx" } else { "qwen4exp-hf" }.into(),
+        format: if mlx {
+            ModelFormat::Mlx
+        } else {
+            ModelFormat::HuggingFace
+        },
+        dialect: "qwen4exp".into(),
         layout,
         tables,
     })
