@@ -606,6 +606,58 @@ mod tests {
         assert_eq!(history.position(), 0);
     }
 
+    /// A vector case's tokens and mask (`attention_mask`: 1 real, 0 padding).
+    fn case_input(case: &serde_json::Value, tokens: &str, mask: &str) -> (Vec<u32>, Option<Vec<bool>>) {
+        let ids = crate::testing::json_u64s(&case[tokens]);
+        let mask = case.get(mask).map(|m| crate::testing::json_u64s(m).iter().map(|&m| m != 0).collect());
+        (ids.iter().map(|&t| t as u32).collect(), mask)
+    }
+
+    #[test]
+    fn qwen_extend_and_hash_run_match_the_reference_vectors() {
+        let doc = crate::testing::qwen_vectors();
+        for config in doc["configs"].as_array().unwrap() {
+            let layout = crate::testing::qwen_vector_layout(config).unwrap();
+            let hasher = Hasher::new(&layout).unwrap();
+            let rpt = hasher.rows_per_token();
+            for case in config["cases"].as_array().unwrap() {
+                let name = format!("{} {}", config["name"], case["name"]);
+                let (tokens, mask) = case_input(case, "tokens", "attention_mask");
+                let want = crate::testing::json_token_rows(case);
+                assert_eq!(want.len(), tokens.len() * rpt, "{name}");
+                // The prompt added in pieces (a prefill's `extend`), then
+                // hashed back in batches of every size from the stored run.
+                for piece in [1, 3, tokens.len()] {
+                    let mut history = hasher.new_history();
+                    for (start, chunk) in (0..).step_by(piece).zip(tokens.chunks(piece)) {
+                        let m = mask.as_ref().map(|m| &m[start..start + chunk.len()]);
+                        hasher.extend(&mut history, chunk, m).unwrap();
+                    }
+                    let (run, lead) = history.run_from(0);
+                    assert_eq!(lead, 0);
+                    for batch in [1, 2, 5, 7] {
+                        let mut got = Vec::new();
+                        let mut from = 0;
+                        while from < tokens.len() {
+                            let to = (from + batch).min(tokens.len());
+                            hasher.hash_run(&run, lead, from, to, &mut got);
+                            from = to;
+                        }
+                        assert_eq!(got, want, "{name}: pieces of {piece}, batches of {batch}");
+                    }
+                    // A run taken from the middle is led by the ids before it.
+                    for first in 1..tokens.len() as u64 {
+                        let (run, lead) = history.run_from(first);
+                        let mut got = Vec::new();
+                        let n = tokens.len() - first as usize;
+                        hasher.hash_run(&run, lead, 0, n, &mut got);
+                        assert_eq!(got, want[first as usize * rpt..], "{name}: run from {first}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn barrett_matches_hardware_remainder() {
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;

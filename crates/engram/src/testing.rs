@@ -65,6 +65,51 @@ pub fn hash_vectors() -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// The Qwen4-Exp row-id vectors computed independently in Python
+/// (`scripts/qwen4exp_ref.py` writes
+/// `crates/engram/tests/data/qwen4exp_vectors.json`): per configuration
+/// (the release, the release at a scale, a two-table 4-gram one) its config
+/// keys, derived tables, and per sequence (`cases`, `rollbacks`) each token's
+/// row ids in the [`json_token_rows`] shape.
+pub fn qwen_vectors() -> serde_json::Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/qwen4exp_vectors.json");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The Qwen4-Exp layout of one configuration of [`qwen_vectors`]: its
+/// preset at its scale where it names one, else derived from its config
+/// keys (one-based `ple_layer_ids`, rows of 8 values).
+pub fn qwen_vector_layout(config: &serde_json::Value) -> Result<Layout> {
+    use crate::layout::{preset, QwenParams};
+    if let Some(name) = config["preset"].as_str() {
+        return preset(name, config["scale"].as_u64().unwrap_or(1));
+    }
+    let c = &config["config"];
+    let int = |key: &str| {
+        c[key]
+            .as_u64()
+            .ok_or_else(|| Error::InvalidArgument(format!("qwen vectors: config.{key} is not a u64")))
+    };
+    let small = |key: &str| {
+        int(key).and_then(|v| {
+            u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("qwen vectors: config.{key} {v} is past u32")))
+        })
+    };
+    let one_based: Vec<u32> = json_u64s(&c["ple_layer_ids"]).iter().map(|&v| v as u32).collect();
+    Layout::derive_qwen(&QwenParams {
+        vocab_size: small("vocab_size")?,
+        ngram_size: int("ngram_size")? as usize,
+        heads_per_ngram: int("heads_per_ngram")? as usize,
+        ngram_vocab_size_base: int("ngram_vocab_size_base")?,
+        make_ngram_vocab_size_divisible_by: int("make_ngram_vocab_size_divisible_by")?,
+        seed: int("seed")?,
+        eos_token_id: small("eos_token_id")?,
+        layer_ids: QwenParams::layer_ids_from_one_based(&one_based)?,
+        row_dim: 8,
+    })
+}
+
 /// A JSON array of non-negative integers (a field of [`hash_vectors`]).
 pub fn json_u64s(v: &serde_json::Value) -> Vec<u64> {
     let int = |x: &serde_json::Value| x.as_u64().unwrap_or_else(|| panic!("not a u64: {x}"));

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::{CmdResult, LayoutSource};
 use engram::hash::Hasher;
+use engram::layout::{self as engram_layout, Family};
 
 /// Arguments of `engram hash`.
 #[derive(Debug, clap::Args)]
@@ -25,6 +26,11 @@ pub struct HashArgs {
     /// Token ids, comma separated (e.g. 1,2,3).
     #[arg(long, value_name = "IDS", group = "input")]
     tokens: Option<String>,
+    /// The model's tokenizer.json, to tokenize --text / --text-file with
+    /// (needed for presets that ship no tokenizer, such as
+    /// qwen3.8-flash-next; DeepSeek presets default to the vendored one).
+    #[arg(long, value_name = "FILE")]
+    tokenizer: Option<PathBuf>,
     /// Print one JSON document instead of a summary.
     #[arg(long)]
     json: bool,
@@ -43,7 +49,13 @@ const SUMMARY_TOKENS: usize = 40;
 /// Runs `engram hash`.
 pub fn run(args: &HashArgs) -> CmdResult {
     // Token lists and files fail fast, before the layout is derived.
-    let tokens = read_tokens(args)?;
+    let family = engram_layout::preset_params(&args.source.preset, args.source.scale)?.family();
+    let tokenizer = args
+        .tokenizer
+        .as_deref()
+        .map(engram_layout::tokenizer_from_file)
+        .transpose()?;
+    let tokens = read_tokens(args, family, tokenizer.as_ref())?;
     let layout = args.source.load()?;
     let hasher = Hasher::new(&layout)?;
     let mut rows = Vec::new();
@@ -63,22 +75,49 @@ pub fn run(args: &HashArgs) -> CmdResult {
         writeln!(out)?;
     } else {
         let layer_ids = layout.layer_ids();
-        print_summary(&mut out, args, &layer_ids, &tokens, &rows, columns)?;
+        let text_of = |token: u32| match (&tokenizer, family) {
+            (Some(t), _) => t.decode(&[token], false).ok(),
+            // Without its tokenizer a Qwen id has no text here; the
+            // vendored one is DeepSeek's.
+            (None, Family::Qwen4ExpPle) => None,
+            (None, Family::DeepSeekEngram) => args.source.token_text(token),
+        };
+        let shape = Shape {
+            layer_ids: &layer_ids,
+            columns,
+        };
+        print_summary(&mut out, args, &shape, &tokens, &rows, &text_of)?;
     }
     Ok(())
 }
 
-fn read_tokens(args: &HashArgs) -> Result<Vec<u32>, Box<dyn std::error::Error>> {
-    if let Some(text) = &args.text {
-        return Ok(args.source.encode(text)?);
+fn read_tokens(
+    args: &HashArgs,
+    family: Family,
+    tokenizer: Option<&engram_layout::token_map::Tokenizer>,
+) -> Result<Vec<u32>, Box<dyn std::error::Error>> {
+    let text = match (&args.text, &args.text_file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| format!("--text-file {}: {e}", path.display()))?,
+        (None, None) => {
+            let list = args.tokens.as_deref().unwrap_or_default();
+            return parse_token_list(list).map_err(Into::into);
+        }
+    };
+    match (tokenizer, family) {
+        (Some(t), _) => {
+            let name = args.tokenizer.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            Ok(engram_layout::encode(t, &text, &name)?)
+        }
+        (None, Family::DeepSeekEngram) => Ok(args.source.encode(&text)?),
+        (None, Family::Qwen4ExpPle) => Err(format!(
+            "preset {} hashes the ids of its own tokenizer, which engram does not ship: \
+             give --tokenizer tokenizer.json (the model's) to tokenize text, or the ids with --tokens",
+            args.source.preset
+        )
+        .into()),
     }
-    if let Some(path) = &args.text_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("--text-file {}: {e}", path.display()))?;
-        return Ok(args.source.encode(&text)?);
-    }
-    let list = args.tokens.as_deref().unwrap_or_default();
-    parse_token_list(list).map_err(Into::into)
 }
 
 /// Parses `1,2,3` (spaces allowed, empty list allowed).
@@ -100,14 +139,21 @@ fn parse_token_list(list: &str) -> Result<Vec<u32>, String> {
         .collect()
 }
 
+/// The tables' layer ids and the row ids per token per table.
+struct Shape<'a> {
+    layer_ids: &'a [u32],
+    columns: usize,
+}
+
 fn print_summary(
     out: &mut impl Write,
     args: &HashArgs,
-    layer_ids: &[u32],
+    shape: &Shape<'_>,
     tokens: &[u32],
     rows: &[u32],
-    columns: usize,
+    text_of: &dyn Fn(u32) -> Option<String>,
 ) -> std::io::Result<()> {
+    let (layer_ids, columns) = (shape.layer_ids, shape.columns);
     let tables = layer_ids.len();
     writeln!(
         out,
@@ -119,8 +165,10 @@ fn print_summary(
     )?;
     let per_token = columns * tables;
     for (i, &token) in tokens.iter().enumerate().take(SUMMARY_TOKENS) {
-        let text = args.source.token_text(token).unwrap_or_default();
-        writeln!(out, "  [{i:>4}] token {token:>6} {text:?}")?;
+        match text_of(token) {
+            Some(text) => writeln!(out, "  [{i:>4}] token {token:>6} {text:?}")?,
+            None => writeln!(out, "  [{i:>4}] token {token:>6}")?,
+        }
         let token_rows = &rows[i * per_token..(i + 1) * per_token];
         for (layer, table_rows) in layer_ids.iter().zip(token_rows.chunks(columns)) {
             let list: Vec<String> = table_rows.iter().map(u32::to_string).collect();

@@ -5,7 +5,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::{grouped, CmdResult, LayoutSource};
-use engram::layout::{Layout, PRESETS};
+use engram::layout::{Family, Layout, PRESETS};
 
 /// Arguments of `engram layout`.
 #[derive(Debug, clap::Args)]
@@ -22,7 +22,8 @@ fn presets_help() -> String {
     format!("Presets: {}", PRESETS.join(", "))
 }
 
-/// The JSON document of `engram layout --json` (field order is the contract).
+/// The JSON document of `engram layout --json` (field order is the contract;
+/// `family`, `head_dim` and `stored_rows` came last, after the others).
 #[derive(Serialize)]
 pub struct LayoutJson {
     layer_ids: Vec<u32>,
@@ -34,6 +35,9 @@ pub struct LayoutJson {
     rows: Vec<u64>,
     primes: Vec<Vec<u32>>,
     multipliers: Vec<Vec<u64>>,
+    family: &'static str,
+    head_dim: usize,
+    stored_rows: Vec<u64>,
 }
 
 impl From<&Layout> for LayoutJson {
@@ -48,6 +52,9 @@ impl From<&Layout> for LayoutJson {
             rows: l.tables.iter().map(|t| t.rows).collect(),
             primes: l.tables.iter().map(|t| t.primes.clone()).collect(),
             multipliers: l.tables.iter().map(|t| t.multipliers.clone()).collect(),
+            family: l.family.name(),
+            head_dim: l.head_dim,
+            stored_rows: l.tables.iter().map(|t| t.stored_rows).collect(),
         }
     }
 }
@@ -66,14 +73,27 @@ pub fn run(args: &LayoutArgs) -> CmdResult {
 }
 
 fn print_summary(out: &mut impl Write, source: &LayoutSource, l: &Layout) -> std::io::Result<()> {
-    writeln!(out, "Engram layout: {}", source.describe())?;
-    writeln!(
-        out,
-        "  tokenizer      {} tokens folded into {} compressed ids; dead positions read as id {}",
-        grouped(l.vocab_size() as u64),
-        grouped(u64::from(l.compressed_vocab_size)),
-        l.pad_compressed_id
-    )?;
+    match l.family {
+        Family::DeepSeekEngram => {
+            writeln!(out, "Engram layout: {}", source.describe())?;
+            writeln!(
+                out,
+                "  tokenizer      {} tokens folded into {} compressed ids; dead positions read as id {}",
+                grouped(l.vocab_size() as u64),
+                grouped(u64::from(l.compressed_vocab_size)),
+                l.pad_compressed_id
+            )?;
+        }
+        Family::Qwen4ExpPle => {
+            writeln!(out, "Qwen4-Exp PLE n-gram layout: {}", source.describe())?;
+            writeln!(
+                out,
+                "  tokens         {} raw token ids (no folding); EOS {} pads, replaces masked tokens and cuts the history",
+                grouped(l.vocab_size() as u64),
+                l.pad_compressed_id
+            )?;
+        }
+    }
     writeln!(
         out,
         "  hash           n-gram orders 2..={}, {} heads each: {} row ids per token per table",
@@ -84,12 +104,22 @@ fn print_summary(out: &mut impl Write, source: &LayoutSource, l: &Layout) -> std
     writeln!(out, "  row width      {} values", l.head_dim)?;
     for (i, t) in l.tables.iter().enumerate() {
         writeln!(out)?;
-        writeln!(
-            out,
-            "  table {i} (layer {}): {} rows",
-            t.layer_id,
-            grouped(t.rows)
-        )?;
+        if t.stored_rows == t.rows {
+            writeln!(
+                out,
+                "  table {i} (layer {}): {} rows",
+                t.layer_id,
+                grouped(t.rows)
+            )?;
+        } else {
+            writeln!(
+                out,
+                "  table {i} (layer {}): {} rows hashed, {} stored (padded)",
+                t.layer_id,
+                grouped(t.rows),
+                grouped(t.stored_rows)
+            )?;
+        }
         writeln!(out, "    multipliers  {:?}", t.multipliers)?;
         for (order, primes) in (2..).zip(t.primes.chunks(l.n_heads)) {
             let list: Vec<String> = primes.iter().map(|&p| grouped(u64::from(p))).collect();

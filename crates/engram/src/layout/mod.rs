@@ -29,7 +29,9 @@ mod validate;
 
 pub use preset::{preset, preset_params, PresetParams, PRESETS};
 pub use qwen::{derive_qwen_multipliers, QwenParams};
-pub use token_map::{encode, vendored_tokenizer, vendored_tokenizer_json, TokenMap};
+pub use token_map::{
+    encode, tokenizer_from_file, vendored_tokenizer, vendored_tokenizer_json, TokenMap,
+};
 
 use crate::{Error, Result};
 

@@ -11,7 +11,9 @@ use std::io::Read;
 use std::sync::{Arc, OnceLock};
 
 use tokenizers::normalizers::{Lowercase, Replace, Sequence, Strip, StripAccents, NFD, NFKC};
-use tokenizers::{NormalizedString, Normalizer, Tokenizer};
+use tokenizers::{NormalizedString, Normalizer};
+/// The tokenizer type [`encode`] and [`tokenizer_from_file`] work with.
+pub use tokenizers::Tokenizer;
 
 use crate::{Error, Result};
 
@@ -205,6 +207,25 @@ pub fn vendored_tokenizer() -> Result<&'static Tokenizer> {
     parsed
         .as_ref()
         .map_err(|reason| tokenizer_error(VENDORED_SOURCE_NAME, reason))
+}
+
+/// A `tokenizer.json` read from `path` (at most 64 MiB) and parsed: for
+/// layouts that ship no tokenizer (Qwen4-Exp hashes its own tokenizer's raw
+/// ids). Errors name the file.
+pub fn tokenizer_from_file(path: &std::path::Path) -> Result<Tokenizer> {
+    let source_name = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|e| tokenizer_error(&source_name, format!("opening: {e}")))?;
+    let mut json = Vec::new();
+    file.take(MAX_TOKENIZER_JSON_BYTES + 1)
+        .read_to_end(&mut json)
+        .map_err(|e| tokenizer_error(&source_name, format!("reading: {e}")))?;
+    if json.len() as u64 > MAX_TOKENIZER_JSON_BYTES {
+        return Err(tokenizer_error(
+            &source_name,
+            format!("is larger than {MAX_TOKENIZER_JSON_BYTES} bytes"),
+        ));
+    }
+    parse_tokenizer(&json, &source_name)
 }
 
 /// Tokenizes `text` without adding special tokens (as the hash is defined on
