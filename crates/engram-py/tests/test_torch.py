@@ -317,3 +317,29 @@ def test_without_a_side_stream_the_rows_are_the_same(model):
                 got = rows.step(seq, table)
                 sleep_ms(5)
                 assert host(got.clone()).tobytes() == expected_rows(e, table, ids).tobytes()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_module_docstrings_lines_run(model, device):
+    """The ten lines engram.torch's docstring shows, run as written (the
+    model path and device filled in), deliver the engine's rows."""
+    doc = et.__doc__
+    block = doc[doc.index("    import engram, engram.torch"):doc.index("\nA delivered")]
+    code = "\n".join(line[4:] for line in block.splitlines())
+    code = code.replace('"model.gguf"', repr(str(model))).replace('"cuda"', repr(device))
+    assert code.count("\n") >= 10
+    delivered = []
+
+    def engram_block(h, x):
+        delivered.append(host(x.float()))
+        return h + x.float().sum()
+
+    scope = {"prompt": np.arange(1000, 1300), "chunk_ends": [100, 256, 300], "t": 1,
+             "token": 77, "h": torch.zeros(()), "engram_block": engram_block}
+    exec(compile(code, "engram.torch docstring", "exec"), scope)
+    with engram.open(model) as ref:
+        seq = ref.sequence()
+        ids = seq.row_ids(np.append(scope["prompt"], 77))
+        want = expected_rows(ref, 1, ids)
+    assert [d.shape[0] for d in delivered] == [100, 156, 44, 1]
+    assert np.concatenate(delivered).tobytes() == want.tobytes()

@@ -16,12 +16,12 @@ on the device. The whole host side of an Engram layer::
     rows = engram.torch.DeviceRows(engine, "cuda")      # buffers, copy stream, events
     seq = engine.sequence()
     with rows.prefill(seq, prompt) as pf:               # reads start now
-        for hi in chunk_ends:                           # before table t's Engram layer:
+        for hi in chunk_ends:                           # a chunk, at table t's Engram layer:
             x = rows.decode(t, pf.wait(t, hi))          # tokens [previous hi, hi) on the GPU
-            h = engram_block(h, x); rows.consumed(t)    # kernels that read the rows queued
+            h = engram_block(h, x); rows.consumed(t)    # its readers queued: buffer reusable
     seq.step_begin(token)                               # decode: reads start now
-    x = rows.decode(t, rows.step(seq, t))               # (1, rows_per_token, row_dim)
-    h = engram_block(h, x); rows.consumed(t)
+    x = rows.decode(t, rows.step(seq, t))               # at table t's layer: (1, rows_per_token,
+    h = engram_block(h, x); rows.consumed(t)            # row_dim) values
 
 A delivered tensor is ordered on the stream that was current when it was
 delivered (that stream waits for its copy; nothing blocks the host but the
@@ -268,7 +268,6 @@ class DeviceRows:
         (a memory copy, a test) can be too."""
         tb = self._table(table)
         slot = tb.slots[tb.next]
-        tb.next ^= 1
         if slot.copied is not None:
             slot.copied.synchronize()  # the last copy out of this host buffer is done
         if tokens > slot.host.shape[0]:
@@ -279,6 +278,9 @@ class DeviceRows:
         if written is not None and written != want:
             raise RuntimeError(f"table {table}: the fill wrote {written} bytes for {tokens} "
                                f"tokens of {want // max(tokens, 1)} bytes")
+        # Only a delivery that happened takes its turn: after a failed fill
+        # the one before it stays valid as long as promised.
+        tb.next ^= 1
         if out is None and not self.cuda and self.device.type == "cpu":
             tb.last = None
             return host  # the engine wrote the rows where they are used
@@ -371,10 +373,14 @@ class DeviceRows:
             dev.record_stream(self.copy_stream)
         slot.target = _Target(dev, consumer if self.copy_stream is not None else None)
         if self.cuda and slot.copied is None:
-            # Made and recorded once, off the path from a wait to its copy,
-            # on a stream with nothing queued (so the first wait needs none).
             slot.copied = torch.cuda.Event()
-            slot.copied.record(self.copy_stream or consumer)
+            if self.copy_stream is not None:
+                # Made (torch makes the CUDA event at its first record) once,
+                # off the path from a wait to its copy, on a stream with
+                # nothing queued yet, so the first wait waits for nothing.
+                # Without a side stream it is made at the first copy: an
+                # event never recorded is passed at once.
+                slot.copied.record(self.copy_stream)
 
     def _out_target(self, tb: _Table, table: int, tokens: int, out: torch.Tensor) -> _Target:
         want = (tokens,) + tb.shape
