@@ -6,11 +6,13 @@ Engram block at each of the model's Engram layer ids (the same block as the
 replay bench's ``cpu`` compute model: key and value projections of the
 token's rows, a sigmoid gate from the normalized hidden state and key, a
 short causal depthwise convolution); the other layers are attention + a
-SwiGLU MLP. Rows reach the GPU as a runtime would move them: the host waits
-for them into a pinned buffer (double-buffered per table), a side stream
-copies them with ``non_blocking=True`` and records an event, and the compute
-stream waits on that event right before the Engram block. In decode the host
-calls ``step_begin`` as soon as the sampled token is on the host.
+SwiGLU MLP. Rows reach the GPU as a runtime would move them, through
+``engram.torch.DeviceRows``: the host waits for them into a pinned buffer
+(double-buffered per table), a side stream copies them and the compute
+stream waits on the copy's event right before the Engram block, which marks
+the rows consumed once its kernels are queued; raw rows are decoded on the
+GPU (``DeviceRows.decoder``, inside the decode graphs too). In decode the
+host calls ``step_begin`` as soon as the sampled token is on the host.
 
 Schedules:
   resident  the rows gathered on the GPU from a device copy (no storage): meant as
@@ -44,7 +46,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,12 +58,12 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402
 
 import engram
+import engram.torch
 
 from host_measure import (GcClock, HostClock, Timeline, engine_threads_cpu_s,  # noqa: E402
                           evict, open_options, series, stall_summary, totals,
                           unique_reads, wait_points, wait_profile, write_results)
-from torch_model import (PROFILES, RAW_ENCODING, RAW_ROW_BYTES, ROW_DIM, Decoder,  # noqa: E402
-                         calibrate_ffn, rmsnorm)
+from torch_model import PROFILES, Decoder, calibrate_ffn, rmsnorm  # noqa: E402
 
 SCHEDULES = ("resident", "sync", "overlap", "full")
 # Diagnostic schedules, run only when named.
@@ -69,59 +71,6 @@ EXTRA_SCHEDULES = ("pinned", "shadow")
 # Schedules that open no engine, and those whose rows come from the memory copy.
 NO_ENGINE = ("resident", "pinned")
 ROWS_FROM_MEMORY = NO_ENGINE + ("shadow",)
-
-
-@dataclass
-class Rows:
-    """How one schedule delivers a table's rows for tokens [lo, hi) to the
-    compute stream: waits on the host, copies on a side stream. Holds what
-    it needs of the host, not the host: a reference cycle would keep a
-    finished schedule's decoder (tens of GB of weights) alive until the
-    garbage collector runs, and the next schedule's would not fit."""
-
-    rows_per_token: int
-    device: torch.device
-    compute: "torch.cuda.Stream | None"
-    raw: bool  # the engine's raw rows (decoded on the device) or its f32 rows
-    slots: dict = field(default_factory=dict)
-
-    def buffers(self, table: int, tokens: int, own_device: bool = True):
-        """The pinned host slots of (table, tokens), and with `own_device`
-        the device buffers they are copied into (a decode graph has its own)."""
-        key = (table, tokens, own_device)
-        if key not in self.slots:
-            shape = (tokens, self.rows_per_token, RAW_ROW_BYTES if self.raw else ROW_DIM)
-            dtype = torch.uint8 if self.raw else torch.float32
-            pin = self.device.type == "cuda"
-            dev = allocated = None
-            if own_device:
-                dev = [torch.empty(shape, dtype=dtype, device=self.device)
-                       for _ in range(2)]
-                # The allocator hands out memory freed by compute-stream work
-                # that may still be queued (the host runs ahead of the GPU);
-                # the copy stream must not write it before that work is done,
-                # so its first copy into each buffer waits for this point of
-                # the compute stream.
-                if pin:
-                    allocated = torch.cuda.Event()
-                    allocated.record(self.compute)
-            host = [torch.empty(shape, dtype=dtype, pin_memory=pin) for _ in range(2)]
-            copied = None
-            if pin:
-                copied = [torch.cuda.Event(), torch.cuda.Event()]
-                for event in copied:  # torch makes the CUDA event at its first record
-                    event.record(self.compute)
-            self.slots[key] = {
-                "next": 0,
-                "host": host,
-                "host_np": [t.numpy() for t in host],
-                "dev": dev,
-                # Made once and re-recorded: the events sit on the host's
-                # path from a row wait to the next launch.
-                "copied": copied,
-                "consumed": [allocated, allocated],
-            }
-        return self.slots[key]
 
 
 class Host:
@@ -138,7 +87,11 @@ class Host:
         self.reads = rows.reads  # per table and prefix, for the floor
         cuda = self.device.type == "cuda"
         self.compute = torch.cuda.current_stream() if cuda else None
-        self.copy = torch.cuda.Stream() if cuda else None
+        # Made before the decoder: its decode graphs read rows from buffers
+        # shaped by these, and decode them with these tables' decoders.
+        self.rows = engram.torch.DeviceRows(info, self.device, format=args.rows,
+                                            tokens=min(args.ubatch, max(args.prefill, 1)),
+                                            side_stream=args.side_stream)
         self.gpu_wait = []  # (start, end) CUDA events around the compute stream's waits
         # Enough events for every decode mark (7 a step for two tables).
         self.timeline = Timeline(self.compute, reserve=(2 * len(info.layer_ids) + 4) * (args.decode + 1))
@@ -147,87 +100,47 @@ class Host:
         self.waits = []
         self.phase_start = 0.0
         self.model = Decoder(args.sizes, args.layers, self.engram_layers,
-                             info.rows_per_token, self.device, args.prefill + args.decode + 1,
-                             graphs=cuda and args.graphs, raw_rows=args.rows == "raw")
-        self.rows = Rows(self.rows_per_token, self.device, self.compute, args.rows == "raw")
+                             info.rows_per_token, info.row_dim, self.device,
+                             args.prefill + args.decode + 1, graphs=cuda and args.graphs,
+                             decoders={t: self.rows.decoder(t) for t in range(info.tables)},
+                             row_input=self.rows.empty)
 
     # --- row delivery -------------------------------------------------
-    def deliver(self, table: int, lo: int, hi: int, wait_into) -> torch.Tensor:
+    def deliver(self, table: int, lo: int, hi: int, fill) -> torch.Tensor:
         """Rows of `table` for tokens [lo, hi) on the device, ordered after
-        the copy on the compute stream."""
+        their copy on the compute stream; the compute stream's wait for the
+        copy is timed between two CUDA events."""
         if self.schedule == "resident":
             index, rows = self.resident[table]
             return rows[index[lo:hi]]
-        b = self.rows.buffers(table, hi - lo)
-        slot = self.transfer(b, lambda s: b["dev"][s], wait_into, lambda s: b["consumed"][s],
-                             timed=True)
-        b["pending"] = (slot, torch.cuda.Event() if self.compute is not None else None)
-        return b["dev"][slot]
+        if self.compute is None:
+            return self.rows.deliver(table, hi - lo, fill)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(self.compute)
+        rows = self.rows.deliver(table, hi - lo, fill)
+        end.record(self.compute)
+        self.gpu_wait.append((start, end))
+        return rows
 
-    def deliver_step(self, seg, pos: int, wait_into):
+    def deliver_step(self, seg, pos: int, fill):
         """A decode step's rows for the segment that starts with an Engram
-        block, into the fixed device buffer its graph reads."""
+        block, into the fixed device buffer its graph reads.
+
+        This runs between the rows' arrival and the launch that needs them,
+        and the GPU idles for as long as it takes: on the H200 host, table
+        0's part of a `flash` step took the host 440 us, of which 256 us
+        were the engine's wait, and `pinned`'s (no engine) 190 us
+        (docs/gpu.md, call N). DeviceRows makes no event or view there."""
         if self.schedule == "resident":
             index, rows = self.resident[seg.table]
             seg.rows.copy_(rows[index[pos:pos + 1]])
             return
-        b = self.rows.buffers(seg.table, 1, own_device=False)
-        # The graph that last read the buffer has run (recorded after its
-        # replay on the compute stream).
-        self.transfer(b, lambda s: seg.rows, wait_into, lambda s: b.get("graph_done"))
-
-    def transfer(self, b: dict, dst, wait_into, after, timed: bool = False) -> int:
-        """Waits the rows into the next pinned host slot of `b`, then copies
-        them into the device tensor `dst(slot)` on the side stream once the
-        event `after(slot)` has passed, and orders the compute stream after
-        the copy (with `timed`, between two timing events). Returns the slot.
-
-        In decode this runs between the rows' arrival and the launch that
-        needs them, and the GPU idles for as long as it takes: on the H200
-        host, table 0's part of a `flash` step took the host 440 us, of
-        which 256 us were the engine's wait, and `pinned`'s (no engine)
-        190 us (docs/gpu.md, call N). So nothing here makes an event or a
-        view; each slot's events are made once and re-recorded."""
-        slot = b["next"]
-        b["next"] ^= 1
-        copied = b["copied"][slot] if b["copied"] is not None else None
-        if copied is not None:
-            copied.synchronize()  # the host buffer's last copy is done
-        wait_into(b["host_np"][slot])
-        if self.copy is None or not self.args.side_stream:
-            # No side stream: a synchronous copy on the compute stream (the
-            # host waits for the GPU to reach it).
-            dst(slot).copy_(b["host"][slot])
-            return slot
-        with torch.cuda.stream(self.copy):
-            ready = after(slot)
-            if ready is not None:
-                self.copy.wait_event(ready)
-            dst(slot).copy_(b["host"][slot], non_blocking=True)
-            copied.record(self.copy)
-        if not timed:
-            self.compute.wait_event(copied)
-            return slot
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(self.compute)
-        self.compute.wait_event(copied)
-        end.record(self.compute)
-        self.gpu_wait.append((start, end))
-        return slot
+        self.rows.deliver(seg.table, 1, fill, out=seg.rows)
 
     def step_done(self, seg):
-        if seg.table is not None and self.compute is not None and self.schedule != "resident":
-            b = self.rows.buffers(seg.table, 1, own_device=False)
-            if "graph_done" not in b:  # made at the first step, re-recorded after
-                b["graph_done"] = torch.cuda.Event()
-            b["graph_done"].record(self.compute)
-
-    def consumed(self, table: int, tokens: int):
-        b = self.rows.slots.get((table, tokens, True))
-        if b and "pending" in b and self.compute is not None:
-            slot, ev = b.pop("pending")
-            ev.record(self.compute)
-            b["consumed"][slot] = ev
+        """The segment's graph, the reader of its rows, is queued."""
+        if seg.table is not None:
+            self.rows.consumed(seg.table)
 
     def layer(self, i: int, h: torch.Tensor, lo: int, hi: int, wait_into) -> torch.Tensor:
         table = self.engram_layers.get(i)
@@ -236,7 +149,7 @@ class Host:
             rows = self.deliver(table, lo, hi, lambda out: wait_into(table, out))
         h = self.model.layers[i].forward(h, rows)
         if table is not None:
-            self.consumed(table, hi - lo)
+            self.rows.consumed(table)
         return h
 
     def gather_in_memory(self, table: int, lo: int, out: np.ndarray):
@@ -266,12 +179,14 @@ class Host:
 
         def wait_into(table, out, hi):
             t0 = time.perf_counter()
+            written = None
             if pf is None:
                 self.gather_in_memory(table, hi - out.shape[0], out)
             else:
-                pf.wait_into(table, hi, out)
+                written = pf.wait_into(table, hi, out)
             t1 = time.perf_counter()
             self.waits.append((table, hi, t0 - started, t1 - t0))
+            return written
 
         hidden = {c: self.model.embed_tokens(prompt[c[0]:c[1]]) for c in chunks}
         order = ([(i, c) for i in range(len(self.model.layers)) for c in chunks]
@@ -417,6 +332,18 @@ def resident_rows(args, engine, ids: np.ndarray, device) -> InMemoryRows:
     return InMemoryRows(gpu, host, unique_reads(ids, engine.info))
 
 
+def raw_decode_problem(info) -> str | None:
+    """Why engram.torch cannot decode some table's raw rows on the device
+    (None when it decodes every table's)."""
+    for table in range(info.tables):
+        try:
+            engram.torch.RowDecoder(info.encodings[table], info.row_dim,
+                                    info.stored_row_bytes[table])
+        except ValueError as err:
+            return f"table {table}: {err}"
+    return None
+
+
 def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:
     torch.manual_seed(0)
     host = Host(args, schedule, info, tokens, ids, rows)
@@ -441,7 +368,7 @@ def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:
         os.sched_setaffinity(0, {args.host_cpu})  # this (the forward) thread only
     cpu0 = engine_threads_cpu_s()
     prefill = host.prefill(seq)
-    prefill["gpu_wait_ms"] = host.gpu_wait_ms() if host.copy is not None else None
+    prefill["gpu_wait_ms"] = host.gpu_wait_ms() if host.compute is not None else None
     cpu1 = engine_threads_cpu_s()
     decode = host.decode(seq)
     cpu2 = engine_threads_cpu_s()
@@ -501,10 +428,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", choices=("layer", "chunk"), default="layer")
     p.add_argument("--schedule", default=",".join(SCHEDULES))
     p.add_argument("--rows", choices=("auto", "raw", "f32"), default="auto",
-                   help="raw: the engine's stored rows, decoded on the device (what a GPU "
-                        "runtime would take: 264 bytes a row, no decoding on the readers); "
-                        "f32: the engine's decoded rows; auto: raw where every table is "
-                        f"{RAW_ENCODING}, else f32")
+                   help="raw: the engine's stored rows, decoded on the device by "
+                        "engram.torch (what a GPU runtime would take: 264 bytes a row of "
+                        "e4m3_e8m0_32_row264, no decoding on the readers); f32: the engine's "
+                        "decoded rows; auto: raw where engram.torch decodes every table's "
+                        "encoding, else f32")
     p.add_argument("--draft", type=float, default=0.79)
     p.add_argument("--cache-mib", type=int, default=256)
     p.add_argument("--direct", action="store_true")
@@ -519,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "schedule's GPU idle against it (needs resident)")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--no-side-stream", dest="side_stream", action="store_false",
-                   help="copy rows on the compute stream, synchronously (a check of the copy path)")
+                   help="copy rows on the compute stream (a check of the copy path)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--open", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of engram.open for the engine schedules, an integer "
@@ -552,11 +480,11 @@ def main(argv=None) -> int:
     tokens = tokens[:need]
     probe = engram.open(args.model, format="f32")
     info = probe.info
+    undecoded = raw_decode_problem(info)
     if args.rows == "auto":
-        args.rows = "raw" if set(info.encodings) == {RAW_ENCODING} else "f32"
-    elif args.rows == "raw" and set(info.encodings) != {RAW_ENCODING}:
-        p.error(f"--rows raw: this host decodes {RAW_ENCODING} rows only; "
-                f"{args.model} has {', '.join(sorted(set(info.encodings)))}")
+        args.rows = "f32" if undecoded else "raw"
+    elif args.rows == "raw" and undecoded:
+        p.error(f"--rows raw: {args.model}: {undecoded}")
     args.vocab = info.vocab_size
     ids = probe.sequence().row_ids(tokens)
     rows = resident_rows(args, probe, ids, torch.device(args.device))

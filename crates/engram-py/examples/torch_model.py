@@ -1,5 +1,7 @@
 """The decoder torch_host.py drives: attention + SwiGLU layers, Engram blocks
 at the model's Engram layers, and a decode path a CUDA graph can capture.
+The rows' width and their decode (raw rows to values, on the device) come
+from the engine through engram.torch; nothing here assumes a row format.
 
 A runtime's decode step is GPU-bound when its kernels are launched from
 captured graphs (or compiled code); launched one by one from Python, a layer
@@ -32,37 +34,11 @@ PROFILES = {
     "tiny": dict(dim=64, heads=4, ffn=128, shared=False),
 }
 CONV_TAPS = 4
-ROW_DIM = 256
-# Rows the host decodes itself (the engine's `format="raw"`): 256 E4M3
-# codes then 8 E8M0 scales, one per 32 values. A runtime moves these 264
-# bytes a row to the GPU and decodes there, instead of 1,024 bytes of f32
-# decoded by the engine's reader threads.
-RAW_ENCODING = "e4m3_e8m0_32_row264"
-RAW_ROW_BYTES = 264
-SCALE_GROUP = 32
 
 
-def e8m0_scales(device: torch.device) -> torch.Tensor:
-    """2^(s - 127) for every E8M0 byte s, exact in float32 (s = 0 is the
-    subnormal 2^-127). 255, which the engine's f32 decode rejects as
-    corrupt, comes out inf here: a host taking raw rows owns that check."""
-    with np.errstate(over="ignore"):  # 2^128 is inf in float32
-        exact = np.ldexp(np.float64(1.0), np.arange(256) - 127).astype(np.float32)
-    return torch.from_numpy(exact).to(device)
-
-
-def decode_rows(rows: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """Rows as the Engram block takes them: f32 rows pass through; raw
-    (uint8, ..., 264) rows are decoded on their device to the engine's f32
-    values, bit for bit: the E4M3 code times its group's scale is exact in
-    float32, and the one rounding, to bfloat16 (to nearest even), is the
-    engine's (test_torch_host checks the two give the same hashes)."""
-    if rows.dtype != torch.uint8:
-        return rows
-    values = rows[..., :ROW_DIM].view(torch.float8_e4m3fn).float()
-    group = scales[rows[..., ROW_DIM:RAW_ROW_BYTES].long()]
-    values = values.unflatten(-1, (ROW_DIM // SCALE_GROUP, SCALE_GROUP)) * group.unsqueeze(-1)
-    return values.flatten(-2).to(torch.bfloat16)
+def same(rows: torch.Tensor) -> torch.Tensor:
+    """The decode of rows that are values already (the engine's f32 rows)."""
+    return rows
 
 
 def rmsnorm(x: torch.Tensor) -> torch.Tensor:
@@ -94,7 +70,8 @@ class Layer:
     place (a captured graph keeps the addresses)."""
 
     def __init__(self, core: dict, engram_table: int | None, rows_per_token: int,
-                 w: Weights, dim: int, heads: int, max_len: int):
+                 row_dim: int, w: Weights, dim: int, heads: int, max_len: int,
+                 decode=same):
         self.core, self.table, self.heads, self.dim = core, engram_table, heads, dim
         head_dim = dim // heads
         self.k_cache = torch.zeros(heads, max_len, head_dim, device=w.device, dtype=w.dtype)
@@ -102,12 +79,13 @@ class Layer:
         self.positions = torch.arange(max_len, device=w.device)
         self.length = 0
         if engram_table is not None:
-            cols = rows_per_token * ROW_DIM
+            cols = rows_per_token * row_dim
             self.wk, self.wv = w.matrix(dim, cols), w.matrix(dim, cols)
             self.taps = w.matrix(CONV_TAPS, dim) * math.sqrt(dim / CONV_TAPS)
             self.history = torch.zeros(CONV_TAPS - 1, dim, device=w.device, dtype=w.dtype)
-            # Made before any graph is captured (a capture may not copy in).
-            self.scales = e8m0_scales(w.device)
+            # Made before any graph is captured (a capture may not copy in):
+            # an engram.torch.RowDecoder holds its tables already.
+            self.decode = decode
 
     def reset(self):
         self.k_cache.zero_()
@@ -117,9 +95,9 @@ class Layer:
             self.history.zero_()
 
     def engram(self, h: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """rows: (T, rows_per_token, 256) float32 or (T, rows_per_token, 264)
-        raw uint8, on the device."""
-        flat = decode_rows(rows, self.scales).reshape(rows.shape[0], -1).to(h.dtype)
+        """rows: (T, rows_per_token, row width) as delivered, on the device:
+        float32 values, or raw rows that `decode` turns into values."""
+        flat = self.decode(rows).reshape(rows.shape[0], -1).to(h.dtype)
         key, value = flat @ self.wk.T, flat @ self.wv.T
         gate = torch.sigmoid((rmsnorm(h).float() * rmsnorm(key).float()).sum(-1, keepdim=True)
                              / math.sqrt(self.dim)).to(h.dtype)
@@ -213,23 +191,35 @@ class Segment:
 
 
 class Decoder:
+    """`decoders[table]` turns that table's delivered rows into values
+    (default: they are values); `row_input(table)` makes the fixed device
+    tensor a decode graph reads that table's rows from (default: float32
+    rows of `row_dim`)."""
+
     def __init__(self, profile: dict, layers: int, engram_layers: dict[int, int],
-                 rows_per_token: int, device: torch.device, max_len: int, seed: int = 7,
-                 graphs: bool = False, raw_rows: bool = False):
+                 rows_per_token: int, row_dim: int, device: torch.device, max_len: int,
+                 seed: int = 7, graphs: bool = False, decoders: dict | None = None,
+                 row_input=None):
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         w = Weights(device, dtype, seed)
         dim, heads, ffn = profile["dim"], profile["heads"], profile["ffn"]
         # One slot past the run: the scratch position graph warm-ups write.
         max_len += 1
         shared = core_weights(w, dim, ffn) if profile["shared"] else None
+        decoders = decoders or {}
         self.layers = [Layer(shared or core_weights(w, dim, ffn), engram_layers.get(i),
-                             rows_per_token, w, dim, heads, max_len) for i in range(layers)]
+                             rows_per_token, row_dim, w, dim, heads, max_len,
+                             decoders.get(engram_layers.get(i), same))
+                       for i in range(layers)]
         self.embed = w.matrix(4096, dim)
         self.head = w.matrix(1024, dim)
         self.device, self.dtype, self.dim = device, dtype, dim
-        self.segments = self._segments(rows_per_token, max_len, graphs, raw_rows)
+        if row_input is None:
+            def row_input(table):
+                return torch.zeros(1, rows_per_token, row_dim, device=device)
+        self.segments = self._segments(max_len, graphs, row_input)
 
-    def _segments(self, rows_per_token: int, max_len: int, graphs: bool, raw_rows: bool) -> list:
+    def _segments(self, max_len: int, graphs: bool, row_input) -> list:
         starts = [0] + [i for i, l in enumerate(self.layers) if l.table is not None and i > 0]
         self.pos = torch.full((1,), max_len - 1, dtype=torch.long, device=self.device)
         h = torch.zeros(1, self.dim, device=self.device, dtype=self.dtype)
@@ -238,9 +228,8 @@ class Decoder:
             table = self.layers[first].table
             rows = None
             if table is not None:
-                rows = (torch.zeros(1, rows_per_token, RAW_ROW_BYTES, dtype=torch.uint8,
-                                    device=self.device) if raw_rows else
-                        torch.zeros(1, rows_per_token, ROW_DIM, device=self.device))
+                # Zeros: the warm-up runs before the capture decode them.
+                rows = row_input(table).zero_()
             seg = Segment(self.layers, first, last, h, rows, self.pos)
             if graphs:
                 seg.capture()
@@ -260,7 +249,7 @@ def decode_layer_us(dim: int, heads: int, ffn: int, max_len: int, device: torch.
                     replays: int = 60) -> float:
     """GPU time of one captured decode layer (no Engram block), in us."""
     w = Weights(device, torch.bfloat16, 11)
-    layer = Layer(core_weights(w, dim, ffn), None, 0, w, dim, heads, max_len + 1)
+    layer = Layer(core_weights(w, dim, ffn), None, 0, 0, w, dim, heads, max_len + 1)
     pos = torch.full((1,), max_len, dtype=torch.long, device=device)
     seg = Segment([layer], 0, 1, torch.zeros(1, dim, device=device, dtype=torch.bfloat16),
                   None, pos)

@@ -1,7 +1,8 @@
 """The PyTorch host (examples/torch_host.py) on CPU torch with tiny layers:
 every schedule's final hidden states hash the same, and the hash depends
 on the rows. Skipped where torch is not installed (CI does not install it;
-the device machine's runs are in docs/gpu.md)."""
+the device machine's runs are in docs/gpu.md). The delivery of rows and
+their device decode are engram.torch's, tested in test_torch.py."""
 
 import argparse
 import json
@@ -66,30 +67,6 @@ def test_every_schedule_hashes_alike(model, tokens_file, tmp_path, sweep):
     assert len({r["decode"]["checksum"] for r in results}) == 1
 
 
-def test_the_device_decode_of_raw_rows_is_the_format_s():
-    """Every E4M3 code (but the two NaNs) under every E8M0 scale (but the
-    corrupt 255), subnormal results included, against the independent numpy
-    decode of the format description."""
-    import torch_model
-    from conftest import decode_rows
-    codes = np.array([c for c in range(256) if c & 0x7F != 0x7F], dtype=np.uint8)
-    raw = []
-    for scale in range(255):
-        row = np.empty(torch_model.RAW_ROW_BYTES, dtype=np.uint8)
-        row[:256] = np.resize(np.roll(codes, scale), 256)
-        row[256:] = [scale, 254 - scale, 127, scale // 2, 0, 1, 200, 60]
-        raw.append(row)
-    raw = np.stack(raw)
-    want = decode_rows(raw, "row264")
-    scales = torch_model.e8m0_scales(torch.device("cpu"))
-    got = torch_model.decode_rows(torch.from_numpy(raw), scales).float().numpy()
-    finite = np.isfinite(want)
-    assert finite.sum() > 0.9 * want.size and (want[finite] != 0).any()
-    assert np.array_equal(got.view(np.uint32)[finite], want.view(np.uint32)[finite])
-    # Beyond float32's range (scale 254 on a large code) both say inf.
-    assert np.array_equal(np.isinf(got), ~finite)
-
-
 def test_rows_auto_takes_raw_rows_of_an_e4m3_model_and_f32_of_another(models, tokens_file,
                                                                        tmp_path):
     for name, want in (("row264", "raw"), ("lloyd4", "f32")):
@@ -132,10 +109,10 @@ def test_the_decode_step_matches_a_one_token_chunk():
     holds) computes what Layer.forward computes for the same token."""
     import torch_model
     sizes = dict(torch_model.PROFILES["tiny"])
-    dec = torch_model.Decoder(sizes, 3, {1: 0}, 2, torch.device("cpu"), 20)
+    dec = torch_model.Decoder(sizes, 3, {1: 0}, 2, 256, torch.device("cpu"), 20)
     gen = torch.Generator().manual_seed(3)
     prompt = torch.randn(6, sizes["dim"], generator=gen)
-    rows = torch.randn(7, 2, torch_model.ROW_DIM, generator=gen)
+    rows = torch.randn(7, 2, 256, generator=gen)
     token = torch.randn(1, sizes["dim"], generator=gen)
 
     def run(last_step):
@@ -165,7 +142,8 @@ def test_a_finished_host_frees_its_decoder(model, tokens_file):
     weights) alive after the schedule: the next one would not fit."""
     import gc
     import weakref
-    ns = torch_host.build_parser().parse_args(args_for(model, tokens_file, "unused.json"))
+    ns = torch_host.build_parser().parse_args(args_for(model, tokens_file, "unused.json",
+                                                       "--rows", "raw"))
     ns.sizes = torch_host.profile_sizes(ns)
     tokens = torch_host.load_tokens(ns)[:313]
     with engram.open(model) as probe:
