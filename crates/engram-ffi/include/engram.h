@@ -33,7 +33,9 @@
 // Row format: the bytes as stored (`row_bytes` per row, e.g. 264).
 #define ENGRAM_FORMAT_RAW 0
 
-// Row format: decoded to BF16-rounded f32, 256 native-endian floats per row.
+// Row format: decoded to f32, `row_dim` native-endian floats per row
+// (DeepSeek encodings rounded to BF16, as the model consumes them; the
+// Qwen4-Exp encodings exactly, as each format defines its values).
 #define ENGRAM_FORMAT_F32 1
 
 // `engram_table.encoding`: `e4m3_e8m0_32_row264`, 256 E4M3 codes then 8
@@ -44,6 +46,41 @@
 // `engram_table.encoding`: `lloyd4_e5m3_32_r136`, 128 bytes of sign +
 // 3-bit Lloyd level nibbles (low nibble first), then 8 E5M3 scales.
 #define ENGRAM_ENCODING_LLOYD4_E5M3_32_R136 2
+
+// `engram_table.encoding`: `bf16`, `row_dim` little-endian BF16 values.
+#define ENGRAM_ENCODING_BF16 3
+
+// `engram_table.encoding`: `f16`, `row_dim` little-endian IEEE half values.
+#define ENGRAM_ENCODING_F16 4
+
+// `engram_table.encoding`: `f32`, `row_dim` little-endian f32 values.
+#define ENGRAM_ENCODING_F32 5
+
+// `engram_table.encoding`: `fp8_e4m3`, `row_dim` float8_e4m3fn codes; a
+// value is code x the table's one scale, which `ENGRAM_FORMAT_F32` rows
+// have applied.
+#define ENGRAM_ENCODING_FP8_E4M3 6
+
+// `engram_table.encoding`: ggml `q8_0`, per 32 values an f16 scale and 32
+// signed bytes.
+#define ENGRAM_ENCODING_Q8_0 7
+
+// `engram_table.encoding`: ggml `q5_1`, per 32 values f16 d, f16 m, 32
+// fifth bits and 16 nibble bytes.
+#define ENGRAM_ENCODING_Q5_1 8
+
+// `engram_table.encoding`: ggml `q4_0`, per 32 values an f16 scale and 16
+// nibble bytes.
+#define ENGRAM_ENCODING_Q4_0 9
+
+// `engram_table.encoding`: ggml `q4_1`, per 32 values f16 d, f16 m and 16
+// nibble bytes.
+#define ENGRAM_ENCODING_Q4_1 10
+
+// `engram_table.encoding`: `mlx4`, MLX affine 4-bit in groups of 32: the
+// codes (`row_dim / 8` u32 words, lowest nibble first), then `row_dim /
+// 32` bf16 scales, then as many bf16 biases; value = code x scale + bias.
+#define ENGRAM_ENCODING_MLX4 11
 
 // `engram_seq_stall` phase: prompt processing.
 #define ENGRAM_PHASE_PREFILL 0
