@@ -219,7 +219,7 @@ fn chunked(hasher: &Hasher, case: &Case, chunk: usize, history: &mut History) ->
 fn layouts_match_the_reference() {
     let doc = qwen_vectors();
     let configs = doc["configs"].as_array().unwrap();
-    assert_eq!(configs.len(), 3);
+    assert_eq!(configs.len(), 4);
     for config in configs {
         let l = qwen_vector_layout(config).unwrap();
         let name = config["name"].as_str().unwrap();
