@@ -7,9 +7,10 @@ division), its own walk back through each token's history. Pure Python 3, no
 dependencies.
 
 Writes crates/engram/tests/data/qwen4exp_vectors.json (or the path given as
-the first argument): for three configurations (the release, the release with
-ngram_vocab_size_base divided by 4096, and a small one with two PLE layers,
-4-grams and 4 heads per order) the derived constants and, for each test
+the first argument): for four configurations (the release, the release with
+ngram_vocab_size_base divided by 4096, a small one with two PLE layers,
+4-grams and 4 heads per order, and a bigram-only one with three PLE layers,
+3 heads and EOS = 0) the derived constants and, for each test
 sequence, every token's row ids (per token, per PLE table, one row per head
 in head order). The row ids of every sequence are computed twice, once from
 scratch per position and once carrying two-token history across chunks of
@@ -278,6 +279,17 @@ CONFIGS = [
         "eos_token_id": 3,
         # One-based and out of order on purpose: tables follow sorted ids.
         "ple_layer_ids": [7, 2],
+    }),
+    # Bigram only, 3 heads: a shape without an unrolled loop in the engine.
+    ("bigram_h3", None, None, {
+        "vocab_size": 50000,
+        "ngram_size": 2,
+        "heads_per_ngram": 3,
+        "ngram_vocab_size_base": 1000,
+        "make_ngram_vocab_size_divisible_by": 1,
+        "seed": 1234,
+        "eos_token_id": 0,
+        "ple_layer_ids": [1, 4, 5],
     }),
 ]
 

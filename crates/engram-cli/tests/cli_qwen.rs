@@ -87,7 +87,11 @@ fn hash_json_gives_the_reference_rows() {
                 "hash", "--preset", PRESET, "--scale", &scale, "--tokens", &list, "--json",
             ]));
             assert_eq!(got["tokens"], Value::from(tokens), "{}", case["name"]);
-            assert_eq!(got["rows"], case["token_rows"], "{} at scale {scale}", case["name"]);
+            assert_eq!(
+                got["rows"], case["token_rows"],
+                "{} at scale {scale}",
+                case["name"]
+            );
         }
     }
 }
@@ -97,7 +101,10 @@ fn hash_text_needs_the_models_tokenizer() {
     let out = engram(&["hash", "--preset", PRESET, "--text", "hello"]);
     assert!(!out.status.success() && out.stdout.is_empty());
     let err = stderr(&out);
-    assert!(err.contains("--tokenizer") && err.contains("--tokens"), "{err}");
+    assert!(
+        err.contains("--tokenizer") && err.contains("--tokens"),
+        "{err}"
+    );
 
     // Any tokenizer.json works with --tokenizer; the vendored DeepSeek one
     // gives ids inside Qwen's vocabulary, the same as its own preset gives.
@@ -141,5 +148,8 @@ fn out_of_vocabulary_ids_are_refused() {
     let out = engram(&["hash", "--preset", PRESET, "--tokens", "1,248320"]);
     assert!(!out.status.success() && out.stdout.is_empty());
     let err = stderr(&out);
-    assert!(err.contains("token 248320") && err.contains("index 1"), "{err}");
+    assert!(
+        err.contains("token 248320") && err.contains("index 1"),
+        "{err}"
+    );
 }

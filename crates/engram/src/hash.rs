@@ -431,7 +431,9 @@ impl Hasher {
     /// Appends the rows of `ids`, hashed from `window` on.
     fn hash_ids(&self, window: [u64; MAX_NGRAM_SIZE], ids: &[u32], out: &mut Vec<u32>) {
         match self.family {
-            Family::DeepSeekEngram => self.hash_ids_by(DeadCuts { pad: self.pad }, window, ids, out),
+            Family::DeepSeekEngram => {
+                self.hash_ids_by(DeadCuts { pad: self.pad }, window, ids, out)
+            }
             Family::Qwen4ExpPle => self.hash_ids_by(self.eos_cuts(), window, ids, out),
         }
     }
@@ -607,9 +609,18 @@ mod tests {
     }
 
     /// A vector case's tokens and mask (`attention_mask`: 1 real, 0 padding).
-    fn case_input(case: &serde_json::Value, tokens: &str, mask: &str) -> (Vec<u32>, Option<Vec<bool>>) {
+    fn case_input(
+        case: &serde_json::Value,
+        tokens: &str,
+        mask: &str,
+    ) -> (Vec<u32>, Option<Vec<bool>>) {
         let ids = crate::testing::json_u64s(&case[tokens]);
-        let mask = case.get(mask).map(|m| crate::testing::json_u64s(m).iter().map(|&m| m != 0).collect());
+        let mask = case.get(mask).map(|m| {
+            crate::testing::json_u64s(m)
+                .iter()
+                .map(|&m| m != 0)
+                .collect()
+        });
         (ids.iter().map(|&t| t as u32).collect(), mask)
     }
 
@@ -651,7 +662,11 @@ mod tests {
                         let mut got = Vec::new();
                         let n = tokens.len() - first as usize;
                         hasher.hash_run(&run, lead, 0, n, &mut got);
-                        assert_eq!(got, want[first as usize * rpt..], "{name}: run from {first}");
+                        assert_eq!(
+                            got,
+                            want[first as usize * rpt..],
+                            "{name}: run from {first}"
+                        );
                     }
                 }
             }

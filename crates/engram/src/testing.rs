@@ -72,7 +72,10 @@ pub fn hash_vectors() -> serde_json::Value {
 /// keys, derived tables, and per sequence (`cases`, `rollbacks`) each token's
 /// row ids in the [`json_token_rows`] shape.
 pub fn qwen_vectors() -> serde_json::Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/qwen4exp_vectors.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/qwen4exp_vectors.json"
+    );
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
@@ -87,16 +90,21 @@ pub fn qwen_vector_layout(config: &serde_json::Value) -> Result<Layout> {
     }
     let c = &config["config"];
     let int = |key: &str| {
-        c[key]
-            .as_u64()
-            .ok_or_else(|| Error::InvalidArgument(format!("qwen vectors: config.{key} is not a u64")))
+        c[key].as_u64().ok_or_else(|| {
+            Error::InvalidArgument(format!("qwen vectors: config.{key} is not a u64"))
+        })
     };
     let small = |key: &str| {
         int(key).and_then(|v| {
-            u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("qwen vectors: config.{key} {v} is past u32")))
+            u32::try_from(v).map_err(|_| {
+                Error::InvalidArgument(format!("qwen vectors: config.{key} {v} is past u32"))
+            })
         })
     };
-    let one_based: Vec<u32> = json_u64s(&c["ple_layer_ids"]).iter().map(|&v| v as u32).collect();
+    let one_based: Vec<u32> = json_u64s(&c["ple_layer_ids"])
+        .iter()
+        .map(|&v| v as u32)
+        .collect();
     Layout::derive_qwen(&QwenParams {
         vocab_size: small("vocab_size")?,
         ngram_size: int("ngram_size")? as usize,

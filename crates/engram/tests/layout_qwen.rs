@@ -37,7 +37,11 @@ fn released_layout_matches_the_published_constants() {
     assert_eq!(l.vocab_size(), 248_320);
     assert_eq!(l.compressed_vocab_size, 248_320);
     assert_eq!(l.pad_compressed_id, 248_044);
-    assert!(l.token_map.iter().enumerate().all(|(t, &id)| id as usize == t));
+    assert!(l
+        .token_map
+        .iter()
+        .enumerate()
+        .all(|(t, &id)| id as usize == t));
     let t = &l.tables[0];
     assert_eq!(
         t.multipliers,
@@ -83,6 +87,9 @@ fn a_second_ple_layer_takes_the_next_primes_and_seed() {
     assert_eq!(second.stored_rows % 128, 0);
 }
 
+/// An edit of the released parameters that makes them invalid.
+type Change = fn(&mut QwenParams);
+
 fn rejects(change: impl FnOnce(&mut QwenParams)) -> String {
     let mut p = released();
     change(&mut p);
@@ -94,30 +101,30 @@ fn rejects(change: impl FnOnce(&mut QwenParams)) -> String {
 
 #[test]
 fn bad_parameters_are_refused_naming_the_field() {
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut QwenParams)>)> = vec![
-        ("vocab_size", Box::new(|p| p.vocab_size = 0)),
-        ("vocab_size", Box::new(|p| p.vocab_size = (1 << 24) + 1)),
-        ("eos_token_id", Box::new(|p| p.eos_token_id = 248_320)),
-        ("ngram_size", Box::new(|p| p.ngram_size = 1)),
-        ("ngram_size", Box::new(|p| p.ngram_size = 17)),
-        ("heads_per_ngram", Box::new(|p| p.heads_per_ngram = 0)),
-        ("heads_per_ngram", Box::new(|p| p.heads_per_ngram = 1 << 20)),
-        ("ngram_vocab_size_base", Box::new(|p| p.ngram_vocab_size_base = 0)),
-        ("ngram_vocab_size_base", Box::new(|p| p.ngram_vocab_size_base = 1 << 40)),
+    let cases: Vec<(&str, Change)> = vec![
+        ("vocab_size", |p| p.vocab_size = 0),
+        ("vocab_size", |p| p.vocab_size = (1 << 24) + 1),
+        ("eos_token_id", |p| p.eos_token_id = 248_320),
+        ("ngram_size", |p| p.ngram_size = 1),
+        ("ngram_size", |p| p.ngram_size = 17),
+        ("heads_per_ngram", |p| p.heads_per_ngram = 0),
+        ("heads_per_ngram", |p| p.heads_per_ngram = 1 << 20),
+        ("ngram_vocab_size_base", |p| p.ngram_vocab_size_base = 0),
+        ("ngram_vocab_size_base", |p| {
+            p.ngram_vocab_size_base = 1 << 40
+        }),
         // No 16 primes fit below 2^32 from here.
-        (
-            "ngram_vocab_size_base",
-            Box::new(|p| p.ngram_vocab_size_base = u64::from(u32::MAX) - 100),
-        ),
-        (
-            "make_ngram_vocab_size_divisible_by",
-            Box::new(|p| p.make_ngram_vocab_size_divisible_by = 0),
-        ),
-        ("layer_ids", Box::new(|p| p.layer_ids.clear())),
-        ("layer_ids[1]", Box::new(|p| p.layer_ids = vec![4, 4])),
-        ("row_dim", Box::new(|p| p.row_dim = 0)),
+        ("ngram_vocab_size_base", |p| {
+            p.ngram_vocab_size_base = u64::from(u32::MAX) - 100
+        }),
+        ("make_ngram_vocab_size_divisible_by", |p| {
+            p.make_ngram_vocab_size_divisible_by = 0
+        }),
+        ("layer_ids", |p| p.layer_ids.clear()),
+        ("layer_ids[1]", |p| p.layer_ids = vec![4, 4]),
+        ("row_dim", |p| p.row_dim = 0),
         // Sixteen heads of about 2^28 rows each do not fit u32 row ids.
-        ("rows", Box::new(|p| p.ngram_vocab_size_base = 1 << 28)),
+        ("rows", |p| p.ngram_vocab_size_base = 1 << 28),
     ];
     for (field, change) in cases {
         let msg = rejects(change);
@@ -199,7 +206,10 @@ fn cases(config: &Value) -> Vec<Case> {
 fn chunked(hasher: &Hasher, case: &Case, chunk: usize, history: &mut History) -> Vec<u32> {
     let mut rows = Vec::new();
     for (i, piece) in case.tokens.chunks(chunk).enumerate() {
-        let mask = case.mask.as_ref().map(|m| &m[i * chunk..i * chunk + piece.len()]);
+        let mask = case
+            .mask
+            .as_ref()
+            .map(|m| &m[i * chunk..i * chunk + piece.len()]);
         hasher.hash(history, piece, mask, &mut rows).unwrap();
     }
     rows
@@ -209,14 +219,18 @@ fn chunked(hasher: &Hasher, case: &Case, chunk: usize, history: &mut History) ->
 fn layouts_match_the_reference() {
     let doc = qwen_vectors();
     let configs = doc["configs"].as_array().unwrap();
-    assert_eq!(configs.len(), 3);
+    assert_eq!(configs.len(), 4);
     for config in configs {
         let l = qwen_vector_layout(config).unwrap();
         let name = config["name"].as_str().unwrap();
         let want = config["tables"].as_array().unwrap();
         assert_eq!(l.tables.len(), want.len(), "{name}");
         for (t, w) in l.tables.iter().zip(want) {
-            assert_eq!(u64::from(t.layer_id), w["layer_id"].as_u64().unwrap(), "{name}");
+            assert_eq!(
+                u64::from(t.layer_id),
+                w["layer_id"].as_u64().unwrap(),
+                "{name}"
+            );
             assert_eq!(t.multipliers, json_u64s(&w["multipliers"]), "{name}");
             let primes: Vec<u64> = t.primes.iter().map(|&p| u64::from(p)).collect();
             assert_eq!(primes, json_u64s(&w["primes"]), "{name}");
@@ -262,7 +276,12 @@ fn rows_match_the_reference_across_snapshots_and_forks() {
                 let mut rows = Vec::new();
                 let head_mask = mask(0..split);
                 hasher
-                    .hash(&mut first, &case.tokens[..split], head_mask.as_deref(), &mut rows)
+                    .hash(
+                        &mut first,
+                        &case.tokens[..split],
+                        head_mask.as_deref(),
+                        &mut rows,
+                    )
                     .unwrap();
                 let snap = first.snapshot();
                 assert_eq!(snap.position(), split as u64);
@@ -276,7 +295,12 @@ fn rows_match_the_reference_across_snapshots_and_forks() {
                     hasher
                         .hash(history, tail, tail_mask.as_deref(), &mut more)
                         .unwrap();
-                    assert_eq!(more, case.want[split * rpt..], "{} {what} at {split}", case.name);
+                    assert_eq!(
+                        more,
+                        case.want[split * rpt..],
+                        "{} {what} at {split}",
+                        case.name
+                    );
                 }
                 assert_eq!(rows, case.want[..split * rpt], "{}", case.name);
             }
@@ -301,7 +325,9 @@ fn rows_match_the_reference_after_rollback() {
             // Decoded one token at a time, rolled back, continued.
             let mut history = hasher.new_history();
             for &t in &first {
-                hasher.hash(&mut history, &[t], None, &mut Vec::new()).unwrap();
+                hasher
+                    .hash(&mut history, &[t], None, &mut Vec::new())
+                    .unwrap();
             }
             history.rollback(to).unwrap();
             assert_eq!(history.position(), to);
@@ -314,7 +340,9 @@ fn rows_match_the_reference_after_rollback() {
             // holds the last ngram_size - 1 ids, so it rolls back only as
             // far as they reach and refuses anything earlier.
             let mut whole = hasher.new_history();
-            hasher.hash(&mut whole, &first, None, &mut Vec::new()).unwrap();
+            hasher
+                .hash(&mut whole, &first, None, &mut Vec::new())
+                .unwrap();
             let mut restored = History::from_snapshot(&whole.snapshot());
             let context = config["config"]["ngram_size"].as_u64().unwrap() - 1;
             let held_from = (first.len() as u64).saturating_sub(context);

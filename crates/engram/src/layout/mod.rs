@@ -191,7 +191,10 @@ impl TableLayout {
             .ok_or_else(|| {
                 Error::layout(
                     field,
-                    format!("{} rows padded to a multiple of {multiple} overflow u64", self.rows),
+                    format!(
+                        "{} rows padded to a multiple of {multiple} overflow u64",
+                        self.rows
+                    ),
                 )
             })?;
         Ok(self)

@@ -112,7 +112,10 @@ pub fn preset_params(name: &str, scale: u64) -> Result<PresetParams> {
         QWEN3_8_FLASH_NEXT => {
             let params = qwen3_8_flash_next();
             Ok(PresetParams::Qwen(QwenParams {
-                ngram_vocab_size_base: scaled("ngram_vocab_size_base", params.ngram_vocab_size_base)?,
+                ngram_vocab_size_base: scaled(
+                    "ngram_vocab_size_base",
+                    params.ngram_vocab_size_base,
+                )?,
                 ..params
             }))
         }
@@ -180,7 +183,9 @@ mod tests {
     fn bad_names_and_scales_are_errors() {
         let err = preset_params("nope", 1).unwrap_err().to_string();
         assert!(
-            err.contains("nope") && err.contains(DEEPSEEK_V4_1_FLASH) && err.contains(QWEN3_8_FLASH_NEXT),
+            err.contains("nope")
+                && err.contains(DEEPSEEK_V4_1_FLASH)
+                && err.contains(QWEN3_8_FLASH_NEXT),
             "{err}"
         );
         assert!(preset_params(DEEPSEEK_V4_1_FLASH, 0)

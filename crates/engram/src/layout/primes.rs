@@ -167,7 +167,8 @@ mod tests {
 
     #[test]
     fn one_walk_up_equals_the_restarting_walk() {
-        for (tables, n, heads, base) in [(2, 4, 8, 1000), (3, 3, 5, 2), (1, 5, 3, 97), (2, 2, 1, 1)] {
+        for (tables, n, heads, base) in [(2, 4, 8, 1000), (3, 3, 5, 2), (1, 5, 3, 97), (2, 2, 1, 1)]
+        {
             assert_eq!(
                 derive_primes(tables, n, heads, base).unwrap(),
                 restarting_walk(tables, n, heads, base),

@@ -9,7 +9,7 @@
 //! within each table; the stored table is padded up to a multiple of
 //! `make_ngram_vocab_size_divisible_by` rows. Token ids are hashed raw.
 
-use super::{primes, Family, Layout, TableLayout, TokenMap, MAX_TABLES, LAYER_SEED_STRIDE};
+use super::{primes, Family, Layout, TableLayout, TokenMap, LAYER_SEED_STRIDE, MAX_TABLES};
 use crate::splitmix;
 use crate::{Error, Result};
 
@@ -76,7 +76,11 @@ impl QwenParams {
     /// The row width of a table whose `ple_embed_dim` values are the
     /// concatenation of every head's row: `ple_embed_dim / ((ngram_size - 1)
     /// * heads_per_ngram)`, which must divide exactly.
-    pub fn row_dim_of(ple_embed_dim: usize, ngram_size: usize, heads_per_ngram: usize) -> Result<usize> {
+    pub fn row_dim_of(
+        ple_embed_dim: usize,
+        ngram_size: usize,
+        heads_per_ngram: usize,
+    ) -> Result<usize> {
         let heads = ngram_size.saturating_sub(1).saturating_mul(heads_per_ngram);
         if heads == 0 || ple_embed_dim == 0 || ple_embed_dim % heads != 0 {
             return Err(Error::layout(
@@ -139,7 +143,9 @@ impl QwenParams {
                 ),
             ));
         }
-        if let Some(i) = (1..self.layer_ids.len()).find(|&i| self.layer_ids[i] <= self.layer_ids[i - 1]) {
+        if let Some(i) =
+            (1..self.layer_ids.len()).find(|&i| self.layer_ids[i] <= self.layer_ids[i - 1])
+        {
             return Err(Error::layout(
                 format!("layer_ids[{i}]"),
                 format!(
@@ -289,7 +295,10 @@ mod tests {
         for vocab in [1, 2, 3, 248_320, MAX_QWEN_VOCAB] {
             let m = derive_qwen_multipliers(DEFAULT_SEED, 5, 4, vocab).unwrap();
             let limit = i64::MAX as u64 / u64::from(vocab);
-            assert!(m.iter().all(|&m| m % 2 == 1 && m <= limit), "{vocab}: {m:?}");
+            assert!(
+                m.iter().all(|&m| m % 2 == 1 && m <= limit),
+                "{vocab}: {m:?}"
+            );
         }
         assert!(derive_qwen_multipliers(DEFAULT_SEED, 0, 3, 0).is_err());
     }

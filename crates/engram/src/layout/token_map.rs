@@ -11,9 +11,9 @@ use std::io::Read;
 use std::sync::{Arc, OnceLock};
 
 use tokenizers::normalizers::{Lowercase, Replace, Sequence, Strip, StripAccents, NFD, NFKC};
-use tokenizers::{NormalizedString, Normalizer};
 /// The tokenizer type [`encode`] and [`tokenizer_from_file`] work with.
 pub use tokenizers::Tokenizer;
+use tokenizers::{NormalizedString, Normalizer};
 
 use crate::{Error, Result};
 
@@ -214,7 +214,8 @@ pub fn vendored_tokenizer() -> Result<&'static Tokenizer> {
 /// ids). Errors name the file.
 pub fn tokenizer_from_file(path: &std::path::Path) -> Result<Tokenizer> {
     let source_name = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|e| tokenizer_error(&source_name, format!("opening: {e}")))?;
+    let file = std::fs::File::open(path)
+        .map_err(|e| tokenizer_error(&source_name, format!("opening: {e}")))?;
     let mut json = Vec::new();
     file.take(MAX_TOKENIZER_JSON_BYTES + 1)
         .read_to_end(&mut json)

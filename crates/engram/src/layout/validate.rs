@@ -113,7 +113,9 @@ impl Layout {
                     ),
                 ));
             }
-            if let Some(token) = (0..self.token_map.len()).find(|&t| self.token_map[t] as usize != t) {
+            if let Some(token) =
+                (0..self.token_map.len()).find(|&t| self.token_map[t] as usize != t)
+            {
                 return Err(Error::layout(
                     format!("token_map[{token}]"),
                     format!(
@@ -185,7 +187,11 @@ impl Layout {
         self.validate_multipliers(table, &name)
     }
 
-    fn validate_stored_rows(&self, table: &TableLayout, name: &dyn Fn(&str) -> String) -> Result<()> {
+    fn validate_stored_rows(
+        &self,
+        table: &TableLayout,
+        name: &dyn Fn(&str) -> String,
+    ) -> Result<()> {
         if table.stored_rows < table.rows {
             return Err(Error::layout(
                 name("stored_rows"),
