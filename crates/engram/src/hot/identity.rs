@@ -108,6 +108,11 @@ impl ModelIdentity {
 /// Not cryptographic: it tells models apart, it does not authenticate them.
 pub fn layout_digest(layout: &Layout) -> u64 {
     let mut d = Fnv::default();
+    // DeepSeek digests stay what they were before the second family, so
+    // hot files made then still load; other families are told apart.
+    if layout.family != crate::layout::Family::DeepSeekEngram {
+        d.bytes(layout.family.name().as_bytes());
+    }
     d.u64(layout.max_ngram_size as u64);
     d.u64(layout.n_heads as u64);
     d.u64(layout.head_dim as u64);
