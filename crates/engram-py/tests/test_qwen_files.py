@@ -64,3 +64,28 @@ def test_third_party_model_gives_the_writers_values(name):
                 rows = seq.step_wait(0)
                 want = table[want_ids[len(prompt) + i]]
                 np.testing.assert_array_equal(rows.reshape(16, dim).view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("fmt,encoding", [("hf", None), ("gguf", "q4_0"), ("mlx", None), ("hf", "fp8_e4m3")])
+def test_synthetic_qwen_models_open_with_the_release_shape(tmp_path, fmt, encoding):
+    path = engram.synth(tmp_path / "m", preset="qwen3.8-flash-next", scale=8192,
+                        format=fmt, encoding=encoding)
+    with engram.open(path, format="f32", overlap_threshold=0) as e:
+        info = e.info
+        assert (info.tables, info.rows_per_token, info.row_dim) == (1, 16, 160)
+        assert info.layer_ids == [1]
+        assert info.vocab_size == 248320
+        assert info.table_rows[0] % 128 == 0
+        tokens = np.array([248044, 5, 17, 17, 248319, 0, 248044, 248044, 9], dtype=np.uint32)
+        with e.sequence() as seq:
+            ids = seq.row_ids(tokens)[:, 0, :]
+            want = e.rows(0, ids.reshape(-1)).reshape(len(tokens), 16, 160)
+            with seq.prefill(tokens[:6]) as p:
+                got = p.wait(0, 6)
+            np.testing.assert_array_equal(got, want[:6])
+            for i, t in enumerate(tokens[6:]):
+                seq.step_begin(int(t))
+                np.testing.assert_array_equal(seq.step_wait(0).reshape(16, 160), want[6 + i])
+        with pytest.raises(engram.InvalidArgumentError):
+            with e.sequence() as seq:
+                seq.row_ids([248320])

@@ -7,9 +7,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use engram::layout::{self, Family};
-use engram::model::qwen::synth::{self as qwen_synth, QwenFormat};
-use engram::model::synth::{self, SynthFormat};
+use engram::model::synth;
 
 /// Output kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -53,68 +51,33 @@ pub struct Args {
 
 /// Runs `engram synth`.
 pub fn run(args: Args) -> engram::Result<()> {
-    let layout = layout::preset(&args.preset, args.scale)?;
+    let format = match args.format {
+        Format::Gguf => "gguf",
+        Format::Hf => "hf",
+        Format::Mlx => "mlx",
+    };
     let bar = crate::progress::Bar::new("synth", args.quiet);
     let start = Instant::now();
-    let (path, encoding) = match layout.family {
-        Family::DeepSeekEngram => deepseek(&args, &bar)?,
-        Family::Qwen4ExpPle => qwen(&args, &layout, &bar)?,
-    };
+    let written = synth::synth_named(
+        &args.out,
+        format,
+        &args.preset,
+        args.scale,
+        args.encoding.as_deref(),
+        args.seed,
+        &bar,
+    )?;
     bar.finish();
     let secs = start.elapsed().as_secs_f64();
+    let (layout, encoding) = (&written.layout, written.encoding);
     let rows: u64 = layout.tables.iter().map(|t| t.stored_rows).sum();
     let bytes = rows * encoding.row_bytes() as u64;
     eprintln!(
         "wrote {} ({} tables, {rows} rows of {encoding}, {:.1} MB of rows in {secs:.2} s: {:.0} MB/s)",
-        path.display(),
+        written.path.display(),
         layout.tables.len(),
         bytes as f64 / 1e6,
         bytes as f64 / 1e6 / secs.max(1e-9)
     );
     Ok(())
-}
-
-fn deepseek(
-    args: &Args,
-    bar: &crate::progress::Bar,
-) -> engram::Result<(PathBuf, engram::codec::Encoding)> {
-    let format = match args.format {
-        Format::Gguf => SynthFormat::Gguf,
-        Format::Hf => SynthFormat::Hf,
-        Format::Mlx => {
-            return Err(engram::Error::InvalidArgument(format!(
-                "--format mlx: {} has no MLX checkpoints (gguf or hf)",
-                args.preset
-            )))
-        }
-    };
-    let name = args.encoding.as_deref().unwrap_or("e4m3_e8m0_32_row264");
-    let encoding = super::parse_encoding(name).map_err(engram::Error::InvalidArgument)?;
-    let (path, _) = synth::synth_preset(
-        &args.out,
-        format,
-        &args.preset,
-        args.scale,
-        encoding,
-        args.seed,
-        bar,
-    )?;
-    Ok((path, encoding))
-}
-
-fn qwen(
-    args: &Args,
-    layout: &engram::layout::Layout,
-    bar: &crate::progress::Bar,
-) -> engram::Result<(PathBuf, engram::codec::Encoding)> {
-    let params = qwen_synth::preset_params(&args.preset, args.scale)?;
-    let (format, default) = match args.format {
-        Format::Gguf => (QwenFormat::Gguf, "bf16"),
-        Format::Hf => (QwenFormat::Hf, "bf16"),
-        Format::Mlx => (QwenFormat::Mlx, "mlx4"),
-    };
-    let name = args.encoding.as_deref().unwrap_or(default);
-    let encoding = qwen_synth::encoding(name, params.row_dim)?;
-    let path = qwen_synth::synth(&args.out, format, layout, &params, encoding, args.seed, bar)?;
-    Ok((path, encoding))
 }

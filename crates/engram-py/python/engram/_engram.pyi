@@ -160,11 +160,13 @@ def synth(
     *,
     preset: str = "deepseek-v4.1-flash",
     scale: int = 65536,
-    encoding: str = "e4m3_e8m0_32_row264",
-    format: Literal["gguf", "hf"] = "gguf",
+    encoding: Optional[str] = None,
+    format: Literal["gguf", "hf", "mlx"] = "gguf",
     seed: int = 0,
 ) -> pathlib.Path:
-    """Writes a small synthetic model; returns the path open() takes."""
+    """Writes a small synthetic model of a DeepSeek or Qwen4-Exp preset;
+    returns the path open() takes. encoding None takes the format's default
+    (e4m3_e8m0_32_row264; Qwen4-Exp: bf16, mlx4 for format "mlx")."""
 
 _Self = TypeVar("_Self")
 

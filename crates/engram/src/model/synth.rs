@@ -321,3 +321,80 @@ pub fn synth_preset(
     )?;
     Ok((path, layout))
 }
+
+/// What [`synth_named`] wrote: the path a model reader opens, the layout
+/// and the rows' encoding.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The file or directory `Model::open` takes.
+    pub path: PathBuf,
+    /// The model's layout.
+    pub layout: Layout,
+    /// The rows' encoding.
+    pub encoding: Encoding,
+}
+
+/// Writes a synthetic model of preset `preset` at `scale` into `out`,
+/// whatever the preset's family, from names as a command line or a binding
+/// takes them: `format` is `gguf`, `hf` or `mlx` (Qwen4-Exp only), and
+/// `encoding` an encoding name (`None`: the format's default,
+/// `e4m3_e8m0_32_row264` for DeepSeek, `bf16` for Qwen4-Exp checkpoints and
+/// GGUFs, `mlx4` for MLX).
+pub fn synth_named(
+    out: &Path,
+    format: &str,
+    preset: &str,
+    scale: u64,
+    encoding: Option<&str>,
+    seed: u64,
+    progress: &dyn Progress,
+) -> Result<Written> {
+    use super::qwen::synth::{self as qwen, QwenFormat};
+    match crate::layout::preset_params(preset, scale)? {
+        crate::layout::PresetParams::DeepSeek(_) => {
+            let format = match format {
+                "gguf" => SynthFormat::Gguf,
+                "hf" => SynthFormat::Hf,
+                other => {
+                    return Err(Error::InvalidArgument(format!(
+                        "format {other:?}: a {preset} model is written as \"gguf\" or \"hf\""
+                    )))
+                }
+            };
+            let name = encoding.unwrap_or(Encoding::E4m3E8m0Row264.name());
+            let encoding = Encoding::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = Encoding::ALL.iter().map(|e| e.name()).collect();
+                Error::InvalidArgument(format!(
+                    "encoding {name:?}: a {preset} model holds one of {}",
+                    known.join(", ")
+                ))
+            })?;
+            let (path, layout) = synth_preset(out, format, preset, scale, encoding, seed, progress)?;
+            Ok(Written {
+                path,
+                layout,
+                encoding,
+            })
+        }
+        crate::layout::PresetParams::Qwen(params) => {
+            let (format, default) = match format {
+                "gguf" => (QwenFormat::Gguf, "bf16"),
+                "hf" => (QwenFormat::Hf, "bf16"),
+                "mlx" => (QwenFormat::Mlx, "mlx4"),
+                other => {
+                    return Err(Error::InvalidArgument(format!(
+                        "format {other:?}: a {preset} model is written as \"gguf\", \"hf\" or \"mlx\""
+                    )))
+                }
+            };
+            let layout = Layout::derive_qwen(&params)?;
+            let encoding = qwen::encoding(encoding.unwrap_or(default), params.row_dim)?;
+            let path = qwen::synth(out, format, &layout, &params, encoding, seed, progress)?;
+            Ok(Written {
+                path,
+                layout,
+                encoding,
+            })
+        }
+    }
+}
