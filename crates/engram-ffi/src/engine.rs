@@ -99,7 +99,12 @@ impl EngineObj {
             tables: layout.tables.len() as u32,
             rows_per_token: layout.columns() as u32,
             vocab_size: layout.vocab_size() as u32,
-            row_dim: ROW_DIM as u32,
+            // A model's tables share one width; ROW_DIM only for a model
+            // with no table.
+            row_dim: (0..self.tables())
+                .map(|t| self.row_values(t))
+                .next()
+                .unwrap_or(ROW_DIM) as u32,
             max_wait_tokens: config.ring_tokens(),
             format: options::format_code(config.format),
             backend: options::backend_code(self.backend),
@@ -213,6 +218,10 @@ fn encoding_code(encoding: Encoding) -> u32 {
     match encoding {
         Encoding::E4m3E8m0Row264 => ENGRAM_ENCODING_E4M3_E8M0_32_ROW264,
         Encoding::Lloyd4E5m3Row136 => ENGRAM_ENCODING_LLOYD4_E5M3_32_R136,
+        // The C ABI has no codes for the encodings of other widths yet; 0
+        // is no ENGRAM_ENCODING_* value, so a caller cannot mistake one of
+        // those tables for a DeepSeek one.
+        _ => 0,
     }
 }
 

@@ -46,7 +46,8 @@ pub struct Info {
     rows_per_token: usize,
     /// Token ids accepted are `0..vocab_size`.
     vocab_size: usize,
-    /// Values of a decoded row (f32 format).
+    /// Values of a decoded row (f32 format): the tables' encoding's values
+    /// per row (256 for DeepSeek tables, 160 for a Qwen4-Exp PLE table).
     row_dim: usize,
     /// The transformer layer of each table.
     layer_ids: Vec<u32>,
@@ -199,7 +200,12 @@ impl Engine {
             tables: layout.tables.len(),
             rows_per_token: layout.columns(),
             vocab_size: layout.vocab_size(),
-            row_dim: ROW_DIM,
+            // A model's tables share one width; ROW_DIM only for a model
+            // with no table.
+            row_dim: (0..e.tables())
+                .map(|t| e.row_values(t))
+                .next()
+                .unwrap_or(ROW_DIM),
             layer_ids: layout.tables.iter().map(|t| t.layer_id).collect(),
             table_rows: e.model.tables.iter().map(|t| t.rows).collect(),
             stored_row_bytes: (0..e.tables()).map(|t| source.row_bytes(t)).collect(),
@@ -217,8 +223,9 @@ impl Engine {
 
     /// Reads rows `ids` of `table` synchronously (not through the prefetch
     /// schedule), in `format` ("f32" or "raw"; None: the engine's format):
-    /// a new array of shape (len(ids), 256) float32 or (len(ids), row_bytes)
-    /// uint8. Releases the GIL while reading.
+    /// a new array of shape (len(ids), values per row) float32 (256 values
+    /// for DeepSeek tables, 160 for a Qwen4-Exp PLE table) or (len(ids),
+    /// row_bytes) uint8. Releases the GIL while reading.
     #[pyo3(signature = (table, ids, format = None))]
     fn rows<'py>(
         &self,
@@ -238,11 +245,12 @@ impl Engine {
         let n = ids.len();
         match format {
             RowFormat::F32 => {
-                let mut values = vec![0f32; n * ROW_DIM];
+                let width = e.row_values(table);
+                let mut values = vec![0f32; n * width];
                 py.detach(|| e.read_rows(table, &ids, format, f32_bytes(&mut values)))
                     .py_err()?;
                 Ok(PyArray1::from_vec(py, values)
-                    .reshape([n, ROW_DIM])?
+                    .reshape([n, width])?
                     .into_any())
             }
             RowFormat::Raw => {

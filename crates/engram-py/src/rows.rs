@@ -2,7 +2,6 @@
 //! that own their memory, so an array stays valid (and unchanged) however
 //! long it lives, whatever the engine does next.
 
-use engram::codec::ROW_DIM;
 use engram::prefetch::RowsView;
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
@@ -11,8 +10,8 @@ use crate::engine::f32_bytes;
 
 /// A copy of a wait's rows, made without the GIL.
 pub(crate) struct OwnedRows {
-    /// tokens x rows_per_token x values per row (ROW_DIM floats or
-    /// row_bytes bytes).
+    /// tokens x rows_per_token x values per row (the encoding's values per
+    /// row as f32, or row_bytes bytes).
     shape: [usize; 3],
     data: RowData,
 }
@@ -33,7 +32,8 @@ impl OwnedRows {
             let mut values = vec![0f32; view.byte_len() / 4];
             view.copy_to(f32_bytes(&mut values))?;
             OwnedRows {
-                shape: [tokens, rows_per_token, ROW_DIM],
+                // An f32 view's rows are the encoding's values, 4 bytes each.
+                shape: [tokens, rows_per_token, view.row_bytes() / 4],
                 data: RowData::F32(values),
             }
         } else {
@@ -46,8 +46,8 @@ impl OwnedRows {
         })
     }
 
-    /// The rows as a numpy array of shape (tokens, rows_per_token, 256)
-    /// float32 or (tokens, rows_per_token, row_bytes) uint8, owning the
+    /// The rows as a numpy array of shape (tokens, rows_per_token, values
+    /// per row) float32 or (tokens, rows_per_token, row_bytes) uint8, owning the
     /// copy (no second copy is made).
     pub(crate) fn into_array(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         Ok(match self.data {

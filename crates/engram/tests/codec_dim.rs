@@ -183,7 +183,10 @@ fn fp8_rows_are_code_times_the_global_scale() {
     let e = Encoding::fp8_e4m3(4, scale).unwrap();
     // 0x38 = 1.0, 0xc4 = -(1 + 4/8) * 2^(8 - 7) = -3, 0x01 = 2^-9, 0x7e = 448.
     let out = decode(e, &[0x38, 0xc4, 0x01, 0x7e]).unwrap();
-    assert_eq!(out, [scale, -3.0 * scale, 2f32.powi(-9) * scale, 448.0 * scale]);
+    assert_eq!(
+        out,
+        [scale, -3.0 * scale, 2f32.powi(-9) * scale, 448.0 * scale]
+    );
     assert_eq!(
         decode(e, &[0x38, 0x7f, 0x00, 0x00]),
         Err(CodecError::NanCode {
@@ -192,7 +195,10 @@ fn fp8_rows_are_code_times_the_global_scale() {
         })
     );
     let big = Encoding::fp8_e4m3(2, 1e36).unwrap();
-    assert_eq!(decode(big, &[0x38, 0x01]).unwrap(), [1e36, 2f32.powi(-9) * 1e36]);
+    assert_eq!(
+        decode(big, &[0x38, 0x01]).unwrap(),
+        [1e36, 2f32.powi(-9) * 1e36]
+    );
     assert_eq!(
         decode(big, &[0x38, 0xfe]),
         Err(CodecError::ScaledNotFinite {
@@ -243,7 +249,10 @@ fn ggml_blocks_by_hand() {
     block[4] = 0xa3;
     let out = decode(e, &block).unwrap();
     assert_eq!((out[0], out[16]), (3.0 * 0.25 - 1.0, 10.0 * 0.25 - 1.0));
-    assert!(out.iter().enumerate().all(|(j, &v)| j == 0 || j == 16 || v == -1.0));
+    assert!(out
+        .iter()
+        .enumerate()
+        .all(|(j, &v)| j == 0 || j == 16 || v == -1.0));
 
     // q5_1: d = 1, m = 0.5; qh bits 0, 16 and 31 set: elements 0, 16, 31
     // gain 16. Byte 0 = 0x21 (element 0 = 1, element 16 = 2), byte 15 =
@@ -485,7 +494,9 @@ fn wrong_lengths_are_errors_not_panics() {
         let mut values = vec![1f32; 2 * DIM];
         assert_eq!(e.decode_rows(&two, &mut values), Ok(()));
         assert!(values.iter().all(|&v| v == 0.0), "{e}");
-        let error = e.decode_rows(&two[..2 * bytes - 1], &mut values).unwrap_err();
+        let error = e
+            .decode_rows(&two[..2 * bytes - 1], &mut values)
+            .unwrap_err();
         assert_eq!(error.index, 1);
         let error = e.decode_rows(&two, &mut values[..DIM]).unwrap_err();
         assert_eq!(error.index, 1);

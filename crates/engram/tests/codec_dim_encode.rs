@@ -144,7 +144,10 @@ fn dense_round_trips_are_exact_for_representable_values() {
     }
     // Not representable: rounded to nearest even.
     let e = Encoding::with_values("bf16", 2).unwrap();
-    let out = decode(e, &encode(e, &[1.0 + 2f32.powi(-9), 1.0 + 3.0 * 2f32.powi(-8)]).unwrap());
+    let out = decode(
+        e,
+        &encode(e, &[1.0 + 2f32.powi(-9), 1.0 + 3.0 * 2f32.powi(-8)]).unwrap(),
+    );
     assert_eq!(out, [1.0, 1.0 + 4.0 * 2f32.powi(-8)]);
     let e = Encoding::with_values("f16", 2).unwrap();
     let out = decode(e, &encode(e, &[1.0 + 2f32.powi(-11), 0.1]).unwrap());
@@ -156,7 +159,13 @@ fn fp8_round_trips_exactly_on_scaled_codes() {
     let scale = 0.0123f32;
     let e = Encoding::fp8_e4m3(DIM, scale).unwrap();
     let codes: Vec<u8> = (0..DIM as u8)
-        .map(|c| if c & 0x7f == 0x7f { 0 } else { c.wrapping_mul(37) })
+        .map(|c| {
+            if c & 0x7f == 0x7f {
+                0
+            } else {
+                c.wrapping_mul(37)
+            }
+        })
         .map(|c| if c & 0x7f == 0x7f { 1 } else { c })
         .collect();
     let values = decode(e, &codes);
@@ -263,7 +272,10 @@ fn re_encoding_a_decoded_row_reproduces_its_bytes() {
                 // a step of the first decode.
                 let (first, second) = (decode(e, &raw), decode(e, &again));
                 for (a, b) in first.iter().zip(&second) {
-                    assert!((a - b).abs() <= spread / 7.0, "mlx4 row {round}: {a} -> {b}");
+                    assert!(
+                        (a - b).abs() <= spread / 7.0,
+                        "mlx4 row {round}: {a} -> {b}"
+                    );
                 }
             } else {
                 assert_eq!(again, raw, "{name} row {round}");

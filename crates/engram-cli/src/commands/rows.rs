@@ -3,14 +3,13 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use engram::codec::ROW_DIM;
 use engram::model::Model;
 use serde_json::json;
 
 /// How rows are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RowFormat {
-    /// Decoded values (BF16-rounded, as f32).
+    /// Decoded values as f32 (BF16-rounded for the DeepSeek encodings).
     F32,
     /// The row's bytes as stored (packed), in hex.
     Raw,
@@ -51,7 +50,8 @@ pub fn run(args: Args) -> engram::Result<()> {
         RowFormat::F32 => {
             let mut values = Vec::new();
             model.read_rows_f32(args.table, &args.ids, &mut values)?;
-            let rows: Vec<&[f32]> = values.chunks_exact(ROW_DIM).collect();
+            let width = model.table(args.table)?.encoding.values();
+            let rows: Vec<&[f32]> = values.chunks_exact(width).collect();
             if args.json {
                 crate::emit(&json!({ "rows": rows }).to_string());
             } else {

@@ -409,7 +409,10 @@ mod tests {
             let even = if code & 1 == 0 { code } else { code + 1 };
             assert_eq!(f32_to_e4m3(mid), Some(even), "midpoint above {code:#04x}");
             assert_eq!(f32_to_e4m3(-mid), Some(even | 0x80));
-            assert_eq!(f32_to_e4m3(f32::from_bits(mid.to_bits() + 1)), Some(code + 1));
+            assert_eq!(
+                f32_to_e4m3(f32::from_bits(mid.to_bits() + 1)),
+                Some(code + 1)
+            );
         }
         assert_eq!(f32_to_e4m3(464.0), Some(0x7e));
         assert_eq!(f32_to_e4m3(-460.0), Some(0xfe));

@@ -9,7 +9,6 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use super::{Model, TableLocation};
-use crate::codec::ROW_DIM;
 use crate::{Error, Result};
 
 impl Model {
@@ -48,17 +47,19 @@ impl Model {
 }
 
 impl Model {
-    /// Appends rows `ids` of table `table`, decoded to BF16-rounded f32
-    /// ([`ROW_DIM`] values per row), to `out`. A corrupt row is an
+    /// Appends rows `ids` of table `table`, decoded to f32 (the encoding's
+    /// [`values`](crate::codec::Encoding::values) per row; BF16-rounded for
+    /// the DeepSeek encodings), to `out`. A corrupt row is an
     /// [`Error::CorruptRow`] naming it.
     pub fn read_rows_f32(&self, table: usize, ids: &[u64], out: &mut Vec<f32>) -> Result<()> {
         let loc = self.table(table)?;
         let mut raw = Vec::new();
         self.read_raw_rows(table, ids, &mut raw)?;
         let start = out.len();
-        out.resize(start + ids.len() * ROW_DIM, 0.0);
+        let width = loc.encoding.values();
+        out.resize(start + ids.len() * width, 0.0);
         let rows = raw.chunks_exact(loc.full_row_bytes());
-        for ((row, &id), dst) in rows.zip(ids).zip(out[start..].chunks_exact_mut(ROW_DIM)) {
+        for ((row, &id), dst) in rows.zip(ids).zip(out[start..].chunks_exact_mut(width)) {
             loc.encoding
                 .decode_row(row, dst)
                 .map_err(|e| e.into_error(table, id))?;

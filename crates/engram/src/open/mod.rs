@@ -17,7 +17,6 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::cache::{CachedSource, RowCache};
-use crate::codec::ROW_DIM;
 use crate::hot::{HotConfig, HotSet};
 use crate::io::fault::{FaultPlan, FaultSource};
 use crate::io::{open_source, Backend, IoConfig, Opened, RowSource};
@@ -190,11 +189,20 @@ impl OpenEngine {
         Ok(table)
     }
 
-    /// Bytes of one delivered row of `table` in `format`.
+    /// Values in one decoded (f32) row of `table`: its encoding's
+    /// [`values`](crate::codec::Encoding::values), 256 for the DeepSeek
+    /// encodings, 160 for a Qwen4-Exp PLE table. `table` must be in range
+    /// ([`OpenEngine::check_table`]).
+    pub fn row_values(&self, table: usize) -> usize {
+        self.model.tables[table].encoding.values()
+    }
+
+    /// Bytes of one delivered row of `table` in `format`. `table` must be
+    /// in range ([`OpenEngine::check_table`]).
     pub fn row_bytes(&self, table: usize, format: RowFormat) -> usize {
         match format {
             RowFormat::Raw => self.engine.source().row_bytes(table),
-            RowFormat::F32 => ROW_DIM * 4,
+            RowFormat::F32 => self.row_values(table) * 4,
         }
     }
 
@@ -227,7 +235,7 @@ impl OpenEngine {
                 let encoding = self.model.table(table)?.encoding;
                 let mut raw = vec![0u8; ids.len() * source.row_bytes(table)];
                 source.read_rows(table, ids, &mut raw)?;
-                let mut values = vec![0f32; ids.len() * ROW_DIM];
+                let mut values = vec![0f32; ids.len() * encoding.values()];
                 encoding
                     .decode_rows(&raw, &mut values)
                     .map_err(|e| e.into_error_at(table, ids))?;

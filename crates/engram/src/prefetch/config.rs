@@ -46,7 +46,8 @@ pub enum RowFormat {
     /// The bytes as stored (`row_bytes` per row).
     #[default]
     Raw,
-    /// Decoded to BF16-rounded f32 (`ROW_DIM` values per row), by the
+    /// Decoded to f32 (the encoding's `values()` per row, BF16-rounded for
+    /// the DeepSeek encodings), by the
     /// reader threads, so the consumer gets values ready to use. Needs the
     /// tables' encodings ([`super::Engine::for_model`]).
     F32,

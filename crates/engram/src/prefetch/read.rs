@@ -37,7 +37,7 @@ impl ReadCtx<'_> {
     }
 
     /// Reads `rows` of `table` and decodes them (stored as `encoding`) into
-    /// `out` (`rows.len() * ROW_DIM` values). A corrupt row is an
+    /// `out` (`rows.len() * encoding.values()` values). A corrupt row is an
     /// [`Error::CorruptRow`] naming it. The stored bytes pass through the
     /// caller's `raw`, grown as needed and kept: a prefill reads thousands
     /// of rows a batch, and a fresh zeroed buffer each time cost it more

@@ -108,7 +108,8 @@ impl<'a> RowsView<'a> {
     }
 
     /// The decoded values of the `i`-th token of the view
-    /// (`rows_per_token * ROW_DIM`), or `None` past the end or for raw rows.
+    /// (`rows_per_token` times the encoding's values per row), or `None`
+    /// past the end or for raw rows.
     pub fn token_f32(&self, i: usize) -> Option<&'a [f32]> {
         if !self.f32 {
             return None;

@@ -31,7 +31,7 @@ use super::ready::{InFlight, Ready};
 use super::ring::RingBuf;
 use super::source::{Priority, RowSource};
 use super::sync::lock_std as lock;
-use crate::codec::{Encoding, ROW_DIM};
+use crate::codec::Encoding;
 use crate::stats::{Phase, StatsRecorder};
 use crate::{Error, Result};
 
@@ -118,7 +118,7 @@ impl StepJob {
     ) -> StepJob {
         let row_bytes: Vec<usize> = (0..cols.len())
             .map(|t| match decode[t] {
-                Some(_) => ROW_DIM * 4,
+                Some(encoding) => encoding.values() * 4,
                 None => source.row_bytes(t),
             })
             .collect();

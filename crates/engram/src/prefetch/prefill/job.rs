@@ -12,7 +12,7 @@ use super::super::source::{Priority, RowRequest, RowSource};
 use super::super::sync::{lock_std as lock, CacheLine};
 use super::rows::PromptRows;
 use super::{Plan, PrefillSetup};
-use crate::codec::{Encoding, RowsError, ROW_DIM};
+use crate::codec::{Encoding, RowsError};
 use crate::stats::{Phase, StatsRecorder};
 use crate::Result;
 
@@ -22,7 +22,8 @@ pub(super) struct TableJob {
     pub(super) cols: usize,
     pub(super) row_bytes: usize,
     pub(super) plan: Plan,
-    /// Some: rows are decoded to f32 (`row_bytes` is then `ROW_DIM * 4`).
+    /// Some: rows are decoded to f32 (`row_bytes` is then the encoding's
+    /// `values() * 4`).
     pub(super) decode: Option<Encoding>,
     /// The prompt, hashed into this table's row ids batch by batch.
     pub(super) prompt: Arc<PromptRows>,
@@ -112,7 +113,10 @@ impl Slots<'_> {
                 out[i * stored.len()..][..stored.len()].copy_from_slice(stored);
                 Ok(())
             }
-            Slots::F32(enc, out) => enc.decode_rows(stored, &mut out[i * ROW_DIM..][..ROW_DIM]),
+            Slots::F32(enc, out) => {
+                let width = enc.values();
+                enc.decode_rows(stored, &mut out[i * width..][..width])
+            }
         }
     }
 }
@@ -122,7 +126,7 @@ impl TableJob {
     pub(super) fn new(setup: &PrefillSetup<'_>, table: usize) -> TableJob {
         let decode = setup.decode[table];
         let row_bytes = match decode {
-            Some(_) => ROW_DIM * 4,
+            Some(encoding) => encoding.values() * 4,
             None => setup.source.row_bytes(table),
         };
         let cols = setup.cols[0];
