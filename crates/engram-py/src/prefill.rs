@@ -65,7 +65,7 @@ impl Prefill {
 
     /// Blocks (GIL released) until the rows of prompt tokens [0, upto) of
     /// `table` are read; returns those of [previous upto, upto) as a new
-    /// array of shape (tokens, rows_per_token, 256) float32 (or
+    /// array of shape (tokens, rows_per_token, row_dim) float32 (or
     /// (tokens, rows_per_token, row_bytes) uint8 for raw rows).
     fn wait<'py>(&self, py: Python<'py>, table: usize, upto: u32) -> PyResult<Bound<'py, PyAny>> {
         let rows =

@@ -201,7 +201,7 @@ impl Sequence {
     }
 
     /// Blocks (GIL released) until the current step's rows of `table` are
-    /// read; returns them as a new array of shape (1, rows_per_token, 256)
+    /// read; returns them as a new array of shape (1, rows_per_token, row_dim)
     /// float32 (or (1, rows_per_token, row_bytes) uint8 for raw rows).
     fn step_wait<'py>(&self, py: Python<'py>, table: usize) -> PyResult<Bound<'py, PyAny>> {
         let shared = self.shared()?;

@@ -217,7 +217,10 @@ impl std::fmt::Display for CodecError {
                 index,
                 format,
                 bits,
-            } => write!(f, "value {index}: stored {format} {bits:#x} is NaN or infinite"),
+            } => write!(
+                f,
+                "value {index}: stored {format} {bits:#x} is NaN or infinite"
+            ),
             CodecError::ScaledNotFinite { index, code, scale } => write!(
                 f,
                 "value {index} overflows: E4M3 code {code:#04x} times the table scale {scale:e}"
@@ -243,16 +246,17 @@ impl std::fmt::Display for CodecError {
                 "value {index} overflows: code {code} * scale {scale:e} + bias {bias:e}"
             ),
             CodecError::InvalidParams { encoding, reason } => {
-                write!(f, "{encoding} with {} values per row: {reason}", encoding.values())
+                write!(
+                    f,
+                    "{encoding} with {} values per row: {reason}",
+                    encoding.values()
+                )
             }
             CodecError::InputLength {
                 encoding,
                 expected,
                 actual,
-            } => write!(
-                f,
-                "{actual} values given, {encoding} rows hold {expected}"
-            ),
+            } => write!(f, "{actual} values given, {encoding} rows hold {expected}"),
             CodecError::NonFiniteInput {
                 encoding,
                 index,

@@ -186,7 +186,8 @@ pub(crate) fn check_input(encoding: Encoding, values: &[f32]) -> Result<(), Code
 /// A row's little-endian 16-bit words.
 #[inline(always)]
 pub(crate) fn halves(raw: &[u8]) -> impl Iterator<Item = u16> + '_ {
-    raw.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]))
+    raw.chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
 }
 
 /// A row's little-endian 32-bit words.

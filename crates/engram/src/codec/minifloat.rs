@@ -329,4 +329,95 @@ mod tests {
         assert_eq!(bf16_round_bits(0x0000_8000), 0); // smallest subnormal tie -> 0
         assert_eq!(bf16_round_bits(0x8001_8000), 0x8002_0000); // negative subnormal
     }
+
+    /// Every half widens to the value its fields define (computed in f64),
+    /// and converting it back gives the same bits (NaNs stay NaN).
+    #[test]
+    fn every_half_widens_exactly_and_round_trips() {
+        for bits in 0..=u16::MAX {
+            let value = f16_to_f32(bits);
+            let exponent = i32::from((bits >> 10) & 31);
+            let mantissa = f64::from(bits & 0x3ff);
+            let sign = if bits & 0x8000 != 0 { -1.0 } else { 1.0 };
+            match exponent {
+                31 if mantissa == 0.0 => assert_eq!(f64::from(value), sign * f64::INFINITY),
+                31 => assert!(value.is_nan() && f32_to_f16(value) & 0x7fff > 0x7c00),
+                _ => {
+                    let expected = if exponent == 0 {
+                        mantissa * 2f64.powi(-24)
+                    } else {
+                        (1024.0 + mantissa) * 2f64.powi(exponent - 25)
+                    };
+                    assert_eq!(f64::from(value), sign * expected, "{bits:#06x}");
+                    assert_eq!(f32_to_f16(value), bits, "{bits:#06x}");
+                }
+            }
+        }
+    }
+
+    /// Between two neighbouring halves: the midpoint (exact in f32) goes to
+    /// the even one, a hair either side to the nearer one.
+    #[test]
+    fn f16_rounding_is_to_nearest_even() {
+        for bits in 0..0x7bffu16 {
+            let (low, high) = (f16_to_f32(bits), f16_to_f32(bits + 1));
+            let mid = ((f64::from(low) + f64::from(high)) / 2.0) as f32;
+            assert_eq!(f64::from(mid), (f64::from(low) + f64::from(high)) / 2.0);
+            let even = if bits & 1 == 0 { bits } else { bits + 1 };
+            assert_eq!(f32_to_f16(mid), even, "midpoint above {bits:#06x}");
+            assert_eq!(f32_to_f16(-mid), even | 0x8000);
+            assert_eq!(f32_to_f16(f32::from_bits(mid.to_bits() - 1)), bits);
+            assert_eq!(f32_to_f16(f32::from_bits(mid.to_bits() + 1)), bits + 1);
+        }
+        assert_eq!(f32_to_f16(65504.0), 0x7bff);
+        assert_eq!(f32_to_f16(65519.99), 0x7bff);
+        assert_eq!(f32_to_f16(65520.0), 0x7c00); // the tie goes to "even" infinity
+        assert_eq!(f32_to_f16(1e30), 0x7c00);
+        assert_eq!(f32_to_f16(f32::NEG_INFINITY), 0xfc00);
+        assert_eq!(f32_to_f16(2f32.powi(-25)), 0); // tie with the smallest subnormal
+        assert_eq!(f32_to_f16(f32::from_bits(2f32.powi(-25).to_bits() + 1)), 1);
+        assert_eq!(f32_to_f16(-0.0), 0x8000);
+        assert_eq!(f32_to_f16(f32::from_bits(1)), 0);
+    }
+
+    #[test]
+    fn bf16_conversions() {
+        assert_eq!(bf16_to_f32(0x3f80), 1.0);
+        assert_eq!(f32_to_bf16(1.0), 0x3f80);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82);
+        assert_eq!(f32_to_bf16(f32::MAX), 0x7f80);
+        assert!(bf16_is_non_finite(f32_to_bf16(f32::NAN)));
+        assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
+        assert!(!bf16_is_non_finite(0x7f7f) && bf16_is_non_finite(0xff80));
+    }
+
+    /// Each finite E4M3 value encodes to its own code; midpoints go to the
+    /// even code; beyond 464 is refused.
+    #[test]
+    fn e4m3_encoding_is_nearest_even() {
+        for code in 0..=255u8 {
+            if e4m3_is_nan(code) {
+                continue;
+            }
+            let value = E4M3_TABLE[code as usize];
+            assert_eq!(f32_to_e4m3(value), Some(code), "{code:#04x}");
+        }
+        for code in 0..0x7eu8 {
+            let (low, high) = (E4M3_TABLE[code as usize], E4M3_TABLE[code as usize + 1]);
+            let mid = (low + high) / 2.0;
+            let even = if code & 1 == 0 { code } else { code + 1 };
+            assert_eq!(f32_to_e4m3(mid), Some(even), "midpoint above {code:#04x}");
+            assert_eq!(f32_to_e4m3(-mid), Some(even | 0x80));
+            assert_eq!(
+                f32_to_e4m3(f32::from_bits(mid.to_bits() + 1)),
+                Some(code + 1)
+            );
+        }
+        assert_eq!(f32_to_e4m3(464.0), Some(0x7e));
+        assert_eq!(f32_to_e4m3(-460.0), Some(0xfe));
+        assert_eq!(f32_to_e4m3(464.1), None);
+        assert_eq!(f32_to_e4m3(f32::INFINITY), None);
+        assert_eq!(f32_to_e4m3(f32::NAN), None);
+    }
 }

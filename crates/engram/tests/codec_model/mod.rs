@@ -231,3 +231,5 @@ pub fn gaussian_row264(rng: &mut SplitMix, sigma: f64) -> Vec<u8> {
     }
     row
 }
+
+pub mod dim;
