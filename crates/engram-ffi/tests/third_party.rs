@@ -12,12 +12,7 @@ use std::ffi::CString;
 use std::ptr::{null, null_mut};
 
 use engram_ffi::*;
-use serde_json::Value;
 use support::ok;
-
-fn u64s(v: &Value) -> Vec<u64> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
-}
 
 fn encoding_code(name: &str) -> u32 {
     match name {
@@ -36,36 +31,16 @@ fn encoding_code(name: &str) -> u32 {
 
 #[test]
 fn third_party_models_give_their_writers_values_through_the_c_abi() {
-    let Some(dir) = std::env::var_os("ENGRAM_THIRD_PARTY") else {
-        eprintln!("ENGRAM_THIRD_PARTY is not set: no third-party models to check (.ci/run makes them)");
+    let Some(tp) = engram::testing::third_party() else {
         return;
     };
-    let dir = std::path::PathBuf::from(dir);
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-    let dim = manifest["config"]["row_dim"].as_u64().unwrap() as usize;
-    let tokens: Vec<u32> = u64s(&manifest["tokens"]).into_iter().map(|t| t as u32).collect();
-    let want_ids: Vec<u32> = manifest["row_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|t| u64s(t).into_iter().map(|r| r as u32))
-        .collect();
-    let models = manifest["models"].as_array().unwrap();
-    assert!(!models.is_empty());
-    for m in models {
-        let name = m["name"].as_str().unwrap();
-        let values: Vec<u32> = std::fs::read(m["values"].as_str().unwrap())
-            .unwrap()
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        let expect = |rows: &[u32]| -> Vec<u32> {
-            rows.iter()
-                .flat_map(|&r| values[r as usize * dim..(r as usize + 1) * dim].iter().copied())
-                .collect()
-        };
-        let path = CString::new(m["path"].as_str().unwrap()).unwrap();
+    let dim = tp.row_dim;
+    let (tokens, want_ids) = (&tp.tokens, &tp.row_ids);
+    assert!(!tp.models.is_empty());
+    for m in &tp.models {
+        let name = &m.name;
+        let expect = |rows: &[u32]| m.rows(rows, dim);
+        let path = CString::new(m.path.to_str().unwrap()).unwrap();
         // SAFETY (this test): every pointer is valid for the call, buffers
         // are as long as the lengths passed, and every handle is freed once.
         unsafe {
@@ -76,38 +51,74 @@ fn third_party_models_give_their_writers_values_through_the_c_abi() {
             ok(engram_open(path.as_ptr(), &opts, &mut engine));
             let mut info: engram_info = std::mem::zeroed();
             ok(engram_engine_info(engine, &mut info));
-            assert_eq!((info.tables, info.rows_per_token, info.row_dim), (1, 16, dim as u32), "{name}");
+            assert_eq!(
+                (info.tables, info.rows_per_token, info.row_dim),
+                (1, 16, dim as u32),
+                "{name}"
+            );
             let mut table: engram_table = std::mem::zeroed();
             ok(engram_table_info(engine, 0, &mut table));
-            assert_eq!(table.encoding, encoding_code(m["encoding"].as_str().unwrap()), "{name}");
+            assert_eq!(table.encoding, encoding_code(&m.encoding), "{name}");
             assert_eq!(table.row_bytes as usize, dim * 4, "{name}");
 
             let mut seq = null_mut();
             ok(engram_seq_new(engine, &mut seq));
             let mut ids = vec![0u32; tokens.len() * 16];
-            ok(engram_seq_row_ids(seq, tokens.as_ptr(), tokens.len(), null(), ids.as_mut_ptr(), ids.len()));
-            assert_eq!(ids, want_ids, "{name}: row ids");
+            ok(engram_seq_row_ids(
+                seq,
+                tokens.as_ptr(),
+                tokens.len(),
+                null(),
+                ids.as_mut_ptr(),
+                ids.len(),
+            ));
+            assert_eq!(&ids, want_ids, "{name}: row ids");
 
             let (prompt, decode) = tokens.split_at(tokens.len() - 6);
             let mut pf = null_mut();
-            ok(engram_prefill_begin(seq, prompt.as_ptr(), prompt.len(), null(), &mut pf));
+            ok(engram_prefill_begin(
+                seq,
+                prompt.as_ptr(),
+                prompt.len(),
+                null(),
+                &mut pf,
+            ));
             let mut upto = 0usize;
             while upto < prompt.len() {
                 let from = upto;
                 upto = (upto + 37).min(prompt.len());
                 let mut got = vec![0u32; (upto - from) * 16 * dim];
                 let mut written = 0usize;
-                ok(engram_prefill_wait_into(pf, 0, upto as u32, got.as_mut_ptr().cast(), got.len() * 4, &mut written));
+                ok(engram_prefill_wait_into(
+                    pf,
+                    0,
+                    upto as u32,
+                    got.as_mut_ptr().cast(),
+                    got.len() * 4,
+                    &mut written,
+                ));
                 assert_eq!(written, got.len() * 4);
-                assert!(got == expect(&ids[from * 16..upto * 16]), "{name}: prefill {from}..{upto}");
+                assert!(
+                    got == expect(&ids[from * 16..upto * 16]),
+                    "{name}: prefill {from}..{upto}"
+                );
             }
             ok(engram_prefill_end(pf));
             for (i, &token) in decode.iter().enumerate() {
                 ok(engram_step_begin(seq, token));
                 let mut got = vec![0u32; 16 * dim];
-                ok(engram_step_wait_into(seq, 0, got.as_mut_ptr().cast(), got.len() * 4, null_mut()));
+                ok(engram_step_wait_into(
+                    seq,
+                    0,
+                    got.as_mut_ptr().cast(),
+                    got.len() * 4,
+                    null_mut(),
+                ));
                 let at = prompt.len() + i;
-                assert!(got == expect(&ids[at * 16..(at + 1) * 16]), "{name}: decode {i}");
+                assert!(
+                    got == expect(&ids[at * 16..(at + 1) * 16]),
+                    "{name}: decode {i}"
+                );
             }
             ok(engram_seq_free(seq));
             ok(engram_close(engine));

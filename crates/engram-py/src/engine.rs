@@ -251,9 +251,7 @@ impl Engine {
                 let mut values = vec![0f32; n * dim];
                 py.detach(|| e.read_rows(table, &ids, format, f32_bytes(&mut values)))
                     .py_err()?;
-                Ok(PyArray1::from_vec(py, values)
-                    .reshape([n, dim])?
-                    .into_any())
+                Ok(PyArray1::from_vec(py, values).reshape([n, dim])?.into_any())
             }
             RowFormat::Raw => {
                 let mut bytes = vec![0u8; n * row_bytes];

@@ -141,6 +141,101 @@ fn json_items(v: &serde_json::Value) -> &[serde_json::Value] {
         .unwrap_or_else(|| panic!("not an array: {v}"))
 }
 
+/// The tiny Qwen4-Exp models `scripts/third_party_models.py` wrote with
+/// third-party writers, as its `manifest.json` lists them.
+#[derive(Debug)]
+pub struct ThirdParty {
+    /// Values per row.
+    pub row_dim: usize,
+    /// The token sequence the manifest hashes.
+    pub tokens: Vec<u32>,
+    /// Its row ids by the independent hash, 16 per token.
+    pub row_ids: Vec<u32>,
+    /// The hash's primes and multipliers.
+    pub primes: Vec<u64>,
+    /// The multipliers.
+    pub multipliers: Vec<u64>,
+    /// The models.
+    pub models: Vec<ThirdPartyModel>,
+}
+
+/// One third-party model and what its writer's decoder gives.
+#[derive(Debug)]
+pub struct ThirdPartyModel {
+    /// Its name (format and encoding).
+    pub name: String,
+    /// The encoding name the manifest gives.
+    pub encoding: String,
+    /// The path `Model::open` takes.
+    pub path: std::path::PathBuf,
+    /// Every row's values, as f32 bits, row after row.
+    pub values: Vec<u32>,
+}
+
+impl ThirdPartyModel {
+    /// The f32 bits of `rows`, `row_dim` values each, in order.
+    pub fn rows(&self, rows: &[u32], row_dim: usize) -> Vec<u32> {
+        rows.iter()
+            .flat_map(|&r| {
+                self.values[r as usize * row_dim..(r as usize + 1) * row_dim]
+                    .iter()
+                    .copied()
+            })
+            .collect()
+    }
+}
+
+/// The models of `ENGRAM_THIRD_PARTY` (`.ci/run` makes them), or `None`
+/// after saying why on stderr when the variable is not set.
+pub fn third_party() -> Option<ThirdParty> {
+    let Some(dir) = std::env::var_os("ENGRAM_THIRD_PARTY") else {
+        eprintln!(
+            "ENGRAM_THIRD_PARTY is not set: no third-party models to check (.ci/run makes them)"
+        );
+        return None;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let text = std::fs::read_to_string(dir.join("manifest.json")).expect("manifest.json");
+    let m: serde_json::Value = serde_json::from_str(&text).expect("manifest JSON");
+    let u32s = |v: &serde_json::Value| {
+        json_u64s(v)
+            .into_iter()
+            .map(|x| x as u32)
+            .collect::<Vec<u32>>()
+    };
+    let models = m["models"]
+        .as_array()
+        .expect("models")
+        .iter()
+        .map(|model| {
+            let field = |k: &str| model[k].as_str().expect(k).to_string();
+            let bytes = std::fs::read(field("values")).expect("values file");
+            ThirdPartyModel {
+                name: field("name"),
+                encoding: field("encoding"),
+                path: field("path").into(),
+                values: bytes
+                    .chunks_exact(4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+            }
+        })
+        .collect();
+    Some(ThirdParty {
+        row_dim: m["config"]["row_dim"].as_u64().expect("row_dim") as usize,
+        tokens: u32s(&m["tokens"]),
+        row_ids: m["row_ids"]
+            .as_array()
+            .expect("row_ids")
+            .iter()
+            .flat_map(u32s)
+            .collect(),
+        primes: json_u64s(&m["primes"]),
+        multipliers: json_u64s(&m["multipliers"]),
+        models,
+    })
+}
+
 /// The deterministic bytes of a row: any mix-up of table, row or position
 /// shows as a mismatch.
 pub fn row_bytes_of(table: usize, row: u64) -> [u8; ROW_BYTES] {

@@ -45,11 +45,17 @@ fn assert_rows_are_synthetic(model: &Model) {
     for (i, &row) in ids.iter().enumerate() {
         let mut want = vec![0u8; width];
         synth::fill_rows(SEED, 0, loc.encoding, row, &mut want).unwrap();
-        assert!(raw[i * width..(i + 1) * width] == want[..], "{} row {row}", loc.encoding);
+        assert!(
+            raw[i * width..(i + 1) * width] == want[..],
+            "{} row {row}",
+            loc.encoding
+        );
     }
     // A range read across every shard gives the same bytes as row reads.
     let mut range = Vec::new();
-    model.read_row_range(0, 0, rows as usize, &mut range).unwrap();
+    model
+        .read_row_range(0, 0, rows as usize, &mut range)
+        .unwrap();
     let mut one = Vec::new();
     model.read_raw_rows(0, &[rows - 1], &mut one).unwrap();
     assert!(range[(rows as usize - 1) * width..] == one[..]);
@@ -65,7 +71,10 @@ fn every_format_and_encoding_opens_into_the_preset_layout() {
     let layout = preset(PRESET, SCALE).unwrap();
     for (format, encodings) in [
         (QwenFormat::Hf, &["bf16", "f16", "f32", "fp8_e4m3"][..]),
-        (QwenFormat::Gguf, &["bf16", "f16", "f32", "q8_0", "q5_1", "q4_0", "q4_1"][..]),
+        (
+            QwenFormat::Gguf,
+            &["bf16", "f16", "f32", "q8_0", "q5_1", "q4_0", "q4_1"][..],
+        ),
         (QwenFormat::Mlx, &["mlx4"][..]),
     ] {
         for &name in encodings {
@@ -73,12 +82,24 @@ fn every_format_and_encoding_opens_into_the_preset_layout() {
             let model = Model::open(&path).unwrap_or_else(|e| panic!("{format:?} {name}: {e}"));
             assert_eq!(model.layout.layer_ids(), [1]);
             assert_eq!(model.layout.tables[0].primes, layout.tables[0].primes);
-            assert_eq!(model.layout.tables[0].multipliers, layout.tables[0].multipliers);
+            assert_eq!(
+                model.layout.tables[0].multipliers,
+                layout.tables[0].multipliers
+            );
             assert_eq!(model.layout.head_dim, 160);
             assert_eq!(model.layout.columns(), 16);
             let loc = &model.tables[0];
-            assert!(loc.encoding.name().starts_with(name.split('_').next().unwrap()), "{}", loc.encoding);
-            assert_eq!(loc.rows, layout.tables[0].stored_rows, "{format:?} {name}: padded rows");
+            assert!(
+                loc.encoding
+                    .name()
+                    .starts_with(name.split('_').next().unwrap()),
+                "{}",
+                loc.encoding
+            );
+            assert_eq!(
+                loc.rows, layout.tables[0].stored_rows,
+                "{format:?} {name}: padded rows"
+            );
             match format {
                 QwenFormat::Gguf => assert_eq!(loc.shards.len(), 1),
                 QwenFormat::Hf => assert_eq!(loc.shards.len() as u64, synth::SYNTH_PARTS),
@@ -105,7 +126,13 @@ fn check_engine(model: &Model, format: RowFormat) {
     let engine = Engine::for_model(model, opened.source, config).unwrap();
     let eos = params().eos_token_id;
     let tokens: Vec<u32> = (0..200u32)
-        .map(|i| if i % 37 == 5 { eos } else { (i * 7919 + i / 3) % 248_320 })
+        .map(|i| {
+            if i % 37 == 5 {
+                eos
+            } else {
+                (i * 7919 + i / 3) % 248_320
+            }
+        })
         .collect();
     let mut seq = engine.sequence();
     let ids = seq.row_ids(&tokens, None).unwrap();
@@ -147,7 +174,11 @@ fn check_engine(model: &Model, format: RowFormat) {
 fn the_engine_delivers_each_formats_rows() {
     let dir = tempfile::tempdir().unwrap();
     within(Duration::from_secs(120), move || {
-        for (format, name) in [(QwenFormat::Hf, "bf16"), (QwenFormat::Mlx, "mlx4"), (QwenFormat::Gguf, "q4_1")] {
+        for (format, name) in [
+            (QwenFormat::Hf, "bf16"),
+            (QwenFormat::Mlx, "mlx4"),
+            (QwenFormat::Gguf, "q4_1"),
+        ] {
             let model = Model::open(write(dir.path(), format, name)).unwrap();
             check_engine(&model, RowFormat::Raw);
             check_engine(&model, RowFormat::F32);
@@ -160,19 +191,26 @@ fn the_engine_delivers_each_formats_rows() {
 fn patch(path: &Path, after: &[u8], from: &[u8], to: &[u8]) {
     assert_eq!(from.len(), to.len());
     let mut bytes = std::fs::read(path).unwrap();
-    let start = find(&bytes, after, 0).expect("anchor") ;
+    let start = find(&bytes, after, 0).expect("anchor");
     let at = find(&bytes, from, start).expect("pattern");
     bytes[at..at + from.len()].copy_from_slice(to);
     std::fs::write(path, bytes).unwrap();
 }
 
 fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
-    hay[from..].windows(needle.len()).position(|w| w == needle).map(|i| i + from)
+    hay[from..]
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|i| i + from)
 }
 
 fn format_error(path: &Path) -> (PathBuf, String, String) {
     match Model::open(path) {
-        Err(Error::Format { file, field, reason }) => (file, field, reason),
+        Err(Error::Format {
+            file,
+            field,
+            reason,
+        }) => (file, field, reason),
         Err(other) => panic!("expected a format error, got {other}"),
         Ok(_) => panic!("a bad file opened"),
     }
@@ -189,7 +227,11 @@ fn bad_checkpoints_are_refused_naming_file_and_field() {
     let m = write(dir.path(), QwenFormat::Hf, "bf16");
     let (file, field, _) = {
         let f = m.join("model-00002-of-00002.safetensors");
-        let f = if find(&std::fs::read(&f).unwrap(), b"shard_2.", 0).is_some() { f } else { shard_file(&m) };
+        let f = if find(&std::fs::read(&f).unwrap(), b"shard_2.", 0).is_some() {
+            f
+        } else {
+            shard_file(&m)
+        };
         patch(&f, b"{", b"shard_2.", b"shard_9.");
         format_error(&m)
     };
@@ -199,7 +241,8 @@ fn bad_checkpoints_are_refused_naming_file_and_field() {
     let m = write(&dir.path().join("c"), QwenFormat::Hf, "bf16");
     let first = preset(PRESET, SCALE).unwrap().tables[0].multipliers[0];
     let f = shard_file(&m);
-    let header_end = 8 + u64::from_le_bytes(std::fs::read(&f).unwrap()[..8].try_into().unwrap()) as usize;
+    let header_end =
+        8 + u64::from_le_bytes(std::fs::read(&f).unwrap()[..8].try_into().unwrap()) as usize;
     let bytes = first.to_le_bytes();
     let mut flipped = bytes;
     flipped[0] ^= 2;
@@ -215,20 +258,30 @@ fn bad_checkpoints_are_refused_naming_file_and_field() {
     let m = write(&dir.path().join("d"), QwenFormat::Hf, "f16");
     patch(&shard_file(&m), b"shard_0", b"\"F16\"", b"\"I16\"");
     let (_, field, reason) = format_error(&m);
-    assert!(field.contains("shard_0.weight") && reason.contains("I16"), "{field}: {reason}");
+    assert!(
+        field.contains("shard_0.weight") && reason.contains("I16"),
+        "{field}: {reason}"
+    );
 
     // A wrong shape: the config says 161-value rows.
     let m = write(&dir.path().join("s"), QwenFormat::Hf, "bf16");
     let config = m.join("config.json");
-    let text = std::fs::read_to_string(&config).unwrap().replace("\"ple_embed_dim\": 2560", "\"ple_embed_dim\": 2576");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("\"ple_embed_dim\": 2560", "\"ple_embed_dim\": 2576");
     std::fs::write(&config, text).unwrap();
     let (_, field, reason) = format_error(&m);
-    assert!(field.contains("ngram_embedding.shard_0.weight") && reason.contains("161"), "{field}: {reason}");
+    assert!(
+        field.contains("ngram_embedding.shard_0.weight") && reason.contains("161"),
+        "{field}: {reason}"
+    );
 
     // split_ngram_parts that disagrees with the shards found.
     let m = write(&dir.path().join("p"), QwenFormat::Hf, "bf16");
     let config = m.join("config.json");
-    let text = std::fs::read_to_string(&config).unwrap().replace("\"split_ngram_parts\": 5", "\"split_ngram_parts\": 512");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("\"split_ngram_parts\": 5", "\"split_ngram_parts\": 512");
     std::fs::write(&config, text).unwrap();
     let (_, field, _) = format_error(&m);
     assert_eq!(field, "text_config.split_ngram_parts");
@@ -237,13 +290,24 @@ fn bad_checkpoints_are_refused_naming_file_and_field() {
     let m = write(&dir.path().join("f"), QwenFormat::Hf, "fp8_e4m3");
     patch(&shard_file(&m), b"{", b"weight_scale", b"weight_scalf");
     let (_, field, reason) = format_error(&m);
-    assert!(field.ends_with("weight_scale") && reason.contains("missing"), "{field}: {reason}");
+    assert!(
+        field.ends_with("weight_scale") && reason.contains("missing"),
+        "{field}: {reason}"
+    );
 
     // MLX without a shard's biases.
     let m = write(&dir.path().join("x"), QwenFormat::Mlx, "mlx4");
-    patch(&m.join("model.safetensors"), b"{", b"shards.1.biases", b"shards.1.biasez");
+    patch(
+        &m.join("model.safetensors"),
+        b"{",
+        b"shards.1.biases",
+        b"shards.1.biasez",
+    );
     let (_, field, reason) = format_error(&m);
-    assert!(field.ends_with("shards.1.biases") && reason.contains("missing"), "{field}: {reason}");
+    assert!(
+        field.ends_with("shards.1.biases") && reason.contains("missing"),
+        "{field}: {reason}"
+    );
 }
 
 #[test]

@@ -5,13 +5,13 @@
 use std::path::{Path, PathBuf};
 
 use engram::io::{Backend, IoConfig};
+use engram::layout::Family;
 use engram::model::Model;
 use engram::{Error, Result};
 use engram_replay::compute::ComputeSpec;
 use engram_replay::device::{default_cache, DeviceMode};
 use engram_replay::driver::Sweep;
 use engram_replay::hints::HintMode;
-use engram::layout::Family;
 use engram_replay::schedule::ScheduleKind;
 use engram_replay::{cores, plot, prompt, run_bench, BenchConfig, Progress, Prompt, Report};
 

@@ -278,7 +278,10 @@ impl Bench<'_> {
 
     fn decode_batches(&self, n: usize, rng: &mut SplitMix64) -> Result<DecodeReport> {
         let source = self.prepare()?;
-        eprintln!("iobench: {n} decode batches of {} rows ...", self.decode_rows);
+        eprintln!(
+            "iobench: {n} decode batches of {} rows ...",
+            self.decode_rows
+        );
         let reads: Vec<(usize, Vec<u32>)> = (0..n)
             .map(|b| {
                 let table = b % source.tables();

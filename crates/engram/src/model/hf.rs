@@ -534,7 +534,11 @@ pub(crate) fn safetensors_files(dir: &Path) -> Result<Vec<String>> {
         let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
         let mut names = Vec::new();
         for e in entries {
-            let name = e.map_err(|e| Error::io(dir, e))?.file_name().to_string_lossy().into_owned();
+            let name = e
+                .map_err(|e| Error::io(dir, e))?
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
             if name.ends_with(".safetensors") && !name.starts_with('.') {
                 names.push(name);
             }
@@ -544,7 +548,11 @@ pub(crate) fn safetensors_files(dir: &Path) -> Result<Vec<String>> {
     files.sort();
     files.dedup();
     if files.is_empty() {
-        return Err(Error::format(dir, INDEX_FILE, "no index and no *.safetensors shards"));
+        return Err(Error::format(
+            dir,
+            INDEX_FILE,
+            "no index and no *.safetensors shards",
+        ));
     }
     Ok(files)
 }

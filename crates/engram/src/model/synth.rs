@@ -369,7 +369,8 @@ pub fn synth_named(
                     known.join(", ")
                 ))
             })?;
-            let (path, layout) = synth_preset(out, format, preset, scale, encoding, seed, progress)?;
+            let (path, layout) =
+                synth_preset(out, format, preset, scale, encoding, seed, progress)?;
             Ok(Written {
                 path,
                 layout,
@@ -381,11 +382,9 @@ pub fn synth_named(
                 "gguf" => (QwenFormat::Gguf, "bf16"),
                 "hf" => (QwenFormat::Hf, "bf16"),
                 "mlx" => (QwenFormat::Mlx, "mlx4"),
-                other => {
-                    return Err(Error::InvalidArgument(format!(
-                        "format {other:?}: a {preset} model is written as \"gguf\", \"hf\" or \"mlx\""
-                    )))
-                }
+                other => return Err(Error::InvalidArgument(format!(
+                    "format {other:?}: a {preset} model is written as \"gguf\", \"hf\" or \"mlx\""
+                ))),
             };
             let layout = Layout::derive_qwen(&params)?;
             let encoding = qwen::encoding(encoding.unwrap_or(default), params.row_dim)?;

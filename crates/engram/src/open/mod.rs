@@ -192,7 +192,10 @@ impl OpenEngine {
     /// Values in one f32 row of `table` (0 for a table that does not
     /// exist).
     pub fn row_dim(&self, table: usize) -> usize {
-        self.model.tables.get(table).map_or(0, |t| t.encoding.values())
+        self.model
+            .tables
+            .get(table)
+            .map_or(0, |t| t.encoding.values())
     }
 
     /// Bytes of one delivered row of `table` in `format`.

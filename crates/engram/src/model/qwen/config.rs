@@ -77,7 +77,11 @@ impl QwenConfig {
                 ))
             }
         };
-        let fields = Fields { path, obj: text, prefix };
+        let fields = Fields {
+            path,
+            obj: text,
+            prefix,
+        };
         let vocab_size = fields.int_or("vocab_size", 248_320)?;
         let ngram_size = fields.int_or("ngram_size", 3)?;
         let heads_per_ngram = fields.int_or("heads_per_ngram", 8)?;
@@ -90,11 +94,21 @@ impl QwenConfig {
             .checked_sub(1)
             .and_then(|orders| orders.checked_mul(heads_per_ngram))
             .filter(|&h| h > 0)
-            .ok_or_else(|| fields.err("ngram_size", format!("{ngram_size} with {heads_per_ngram} heads per order gives no hash head")))?;
+            .ok_or_else(|| {
+                fields.err(
+                    "ngram_size",
+                    format!(
+                        "{ngram_size} with {heads_per_ngram} heads per order gives no hash head"
+                    ),
+                )
+            })?;
         let embed_dim = match fields.opt_int("ple_embed_dim")? {
             Some(d) => d,
             None => fields.opt_int("hidden_size")?.ok_or_else(|| {
-                fields.err("ple_embed_dim", "missing (and no hidden_size to default to)")
+                fields.err(
+                    "ple_embed_dim",
+                    "missing (and no hidden_size to default to)",
+                )
             })?,
         };
         if embed_dim == 0 || embed_dim % heads != 0 {
@@ -140,7 +154,11 @@ fn parse_quantization(path: &Path, q: &Json) -> Result<MlxQuantization> {
         .ok_or_else(|| Error::format(path, "quantization", "is not an object"))?;
     let int = |name: &str| {
         obj.get(name).and_then(Json::as_u64).ok_or_else(|| {
-            Error::format(path, format!("quantization.{name}"), "missing or not a non-negative integer")
+            Error::format(
+                path,
+                format!("quantization.{name}"),
+                "missing or not a non-negative integer",
+            )
         })
     };
     if let Some(mode) = obj.get("mode") {
@@ -173,10 +191,9 @@ impl Fields<'_> {
     fn opt_int(&self, name: &str) -> Result<Option<u64>> {
         match self.obj.get(name) {
             None | Some(Json::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| self.err(name, format!("expected a non-negative integer, found {v}"))),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                self.err(name, format!("expected a non-negative integer, found {v}"))
+            }),
         }
     }
 
@@ -192,7 +209,9 @@ impl Fields<'_> {
             .get("eos_token_id")
             .ok_or_else(|| self.err("eos_token_id", "missing (the PLE hash resets on it)"))?;
         let first = match v {
-            Json::Array(list) => list.first().ok_or_else(|| self.err("eos_token_id", "is an empty list"))?,
+            Json::Array(list) => list
+                .first()
+                .ok_or_else(|| self.err("eos_token_id", "is an empty list"))?,
             other => other,
         };
         first
@@ -207,9 +226,12 @@ impl Fields<'_> {
             .obj
             .get("ple_layer_ids")
             .ok_or_else(|| self.err("ple_layer_ids", "missing (no PLE table)"))?;
-        let list = v
-            .as_array()
-            .ok_or_else(|| self.err("ple_layer_ids", format!("expected a list of layer ids, found {v}")))?;
+        let list = v.as_array().ok_or_else(|| {
+            self.err(
+                "ple_layer_ids",
+                format!("expected a list of layer ids, found {v}"),
+            )
+        })?;
         if list.is_empty() || list.len() > MAX_PLE_LAYERS {
             return Err(self.err(
                 "ple_layer_ids",

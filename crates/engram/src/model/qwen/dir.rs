@@ -39,7 +39,10 @@ impl Tensor {
     fn matrix(&self, width: usize, what: &str) -> Result<u64> {
         match self.shape[..] {
             [rows, w] if w == width && rows > 0 => Ok(rows as u64),
-            _ => Err(self.err(format!("shape {:?}, expected [rows, {width}] ({what})", self.shape))),
+            _ => Err(self.err(format!(
+                "shape {:?}, expected [rows, {width}] ({what})",
+                self.shape
+            ))),
         }
     }
 
@@ -61,10 +64,22 @@ impl Tensor {
     fn integers(&self) -> Result<Vec<i128>> {
         let bytes = self.read_small(1 << 16)?;
         let values = match self.dtype {
-            Dtype::I64 => bytes.chunks_exact(8).map(|b| i128::from(i64::from_le_bytes(b.try_into().unwrap_or_default()))).collect(),
-            Dtype::U64 => bytes.chunks_exact(8).map(|b| i128::from(u64::from_le_bytes(b.try_into().unwrap_or_default()))).collect(),
-            Dtype::I32 => bytes.chunks_exact(4).map(|b| i128::from(i32::from_le_bytes(b.try_into().unwrap_or_default()))).collect(),
-            Dtype::U32 => bytes.chunks_exact(4).map(|b| i128::from(u32::from_le_bytes(b.try_into().unwrap_or_default()))).collect(),
+            Dtype::I64 => bytes
+                .chunks_exact(8)
+                .map(|b| i128::from(i64::from_le_bytes(b.try_into().unwrap_or_default())))
+                .collect(),
+            Dtype::U64 => bytes
+                .chunks_exact(8)
+                .map(|b| i128::from(u64::from_le_bytes(b.try_into().unwrap_or_default())))
+                .collect(),
+            Dtype::I32 => bytes
+                .chunks_exact(4)
+                .map(|b| i128::from(i32::from_le_bytes(b.try_into().unwrap_or_default())))
+                .collect(),
+            Dtype::U32 => bytes
+                .chunks_exact(4)
+                .map(|b| i128::from(u32::from_le_bytes(b.try_into().unwrap_or_default())))
+                .collect(),
             other => return Err(self.err(format!("dtype {other:?}, expected an integer dtype"))),
         };
         Ok(values)
@@ -204,7 +219,9 @@ fn locate(
     }
     if sharded && weights.iter().any(|(s, _)| s.is_none()) {
         let t = weights[0].1;
-        return Err(t.err("both an unsharded ngram_embedding.weight and shards: which is the table?"));
+        return Err(
+            t.err("both an unsharded ngram_embedding.weight and shards: which is the table?")
+        );
     }
     let shard_count = weights.len() as u64;
     if sharded {
@@ -213,12 +230,16 @@ fn locate(
                 return Err(Error::format(
                     &config_path,
                     "text_config.split_ngram_parts",
-                    format!("is {parts}, but the checkpoint has {shard_count} shards of layer {layer}"),
+                    format!(
+                        "is {parts}, but the checkpoint has {shard_count} shards of layer {layer}"
+                    ),
                 ));
             }
         }
         if shard_count > MAX_SHARDS {
-            return Err(weights[0].1.err(format!("{shard_count} shards (limit {MAX_SHARDS})")));
+            return Err(weights[0]
+                .1
+                .err(format!("{shard_count} shards (limit {MAX_SHARDS})")));
         }
         // Shards are numbered 0..n without gaps: a missing one is named.
         for (i, (s, _)) in weights.iter().enumerate() {
@@ -238,17 +259,27 @@ fn locate(
     let mut next = 0u64;
     for &(s, weight) in &weights {
         if weight.dtype != first.dtype {
-            return Err(weight.err(format!("dtype {:?}, but shard 0 is {:?}", weight.dtype, first.dtype)));
+            return Err(weight.err(format!(
+                "dtype {:?}, but shard 0 is {:?}",
+                weight.dtype, first.dtype
+            )));
         }
         let (rows, parts) = match encoding {
             Encoding::Mlx4 { .. } => {
                 let array = |kind: TableArray, leaf: &str| {
                     arrays.get(&(s, kind)).copied().ok_or_else(|| {
                         let name = weight.name.replace(".weight", leaf);
-                        Error::format(&weight.file, name, "missing tensor (MLX stores scales and biases beside each weight)")
+                        Error::format(
+                            &weight.file,
+                            name,
+                            "missing tensor (MLX stores scales and biases beside each weight)",
+                        )
                     })
                 };
-                let (scales, biases) = (array(TableArray::Scales, ".scales")?, array(TableArray::Biases, ".biases")?);
+                let (scales, biases) = (
+                    array(TableArray::Scales, ".scales")?,
+                    array(TableArray::Biases, ".biases")?,
+                );
                 let rows = weight.matrix(dim / 8, "uint32 words of eight 4-bit codes")?;
                 for t in [scales, biases] {
                     if t.dtype != Dtype::BF16 {
@@ -263,7 +294,14 @@ fn locate(
                     offset: t.offset,
                     bytes_per_row: bytes as u32,
                 };
-                (rows, vec![part(weight, dim / 2), part(scales, dim / 16), part(biases, dim / 16)])
+                (
+                    rows,
+                    vec![
+                        part(weight, dim / 2),
+                        part(scales, dim / 16),
+                        part(biases, dim / 16),
+                    ],
+                )
             }
             _ => {
                 let rows = weight.matrix(dim, "one row of the table's values")?;
@@ -309,7 +347,8 @@ fn encoding_of(
     dim: usize,
 ) -> Result<Encoding> {
     let named = |name: &str| {
-        Encoding::with_values(name, dim).map_err(|e| weight.err(format!("{name} rows of {dim} values: {e}")))
+        Encoding::with_values(name, dim)
+            .map_err(|e| weight.err(format!("{name} rows of {dim} values: {e}")))
     };
     match weight.dtype {
         Dtype::BF16 => named("bf16"),

@@ -48,9 +48,11 @@ pub fn encoding_name(ggml_type: u32) -> Option<&'static str> {
 
 /// The ggml type id of an encoding name, for writers.
 pub fn ggml_type(encoding: &str) -> Option<u32> {
-    [GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q5_1, GGML_Q4_0, GGML_Q4_1]
-        .into_iter()
-        .find(|&t| encoding_name(t) == Some(encoding))
+    [
+        GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q5_1, GGML_Q4_0, GGML_Q4_1,
+    ]
+    .into_iter()
+    .find(|&t| encoding_name(t) == Some(encoding))
 }
 
 /// Typed access to `qwen4exp.*` keys, naming the key in errors.
@@ -68,20 +70,36 @@ impl Keys<'_> {
         match self.header.get(key) {
             None => Ok(None),
             Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-                self.err(key, format!("expected a non-negative integer, found {:?}", v.value_type()))
+                self.err(
+                    key,
+                    format!(
+                        "expected a non-negative integer, found {:?}",
+                        v.value_type()
+                    ),
+                )
             }),
         }
     }
 
     fn req_int(&self, key: &str) -> Result<u64> {
-        self.int(key)?.ok_or_else(|| self.err(key, "missing metadata key"))
+        self.int(key)?
+            .ok_or_else(|| self.err(key, "missing metadata key"))
     }
 
     fn ints(&self, key: &str) -> Result<Vec<u64>> {
-        let v = self.header.get(key).ok_or_else(|| self.err(key, "missing metadata key"))?;
-        v.as_array()
-            .and_then(|a| a.to_u64_vec())
-            .ok_or_else(|| self.err(key, format!("expected an array of non-negative integers, found {:?}", v.value_type())))
+        let v = self
+            .header
+            .get(key)
+            .ok_or_else(|| self.err(key, "missing metadata key"))?;
+        v.as_array().and_then(|a| a.to_u64_vec()).ok_or_else(|| {
+            self.err(
+                key,
+                format!(
+                    "expected an array of non-negative integers, found {:?}",
+                    v.value_type()
+                ),
+            )
+        })
     }
 
     fn narrow(&self, key: &str, v: u64, max: u64) -> Result<u64> {
@@ -108,14 +126,29 @@ pub fn model_from_header(path: &Path, header: &GgufHeader) -> Result<Model> {
             format!("{layers:?}: a qwen4exp GGUF holds exactly one PLE table"),
         ));
     };
-    let ngram_size = keys.narrow(&k("ple.ngram_size"), keys.req_int(&k("ple.ngram_size"))?, 64)?;
-    let heads_per_ngram = keys.narrow(&k("ple.heads_per_ngram"), keys.req_int(&k("ple.heads_per_ngram"))?, 1024)?;
-    let eos = keys.narrow(&k("ple.eos_token_id"), keys.req_int(&k("ple.eos_token_id"))?, u64::from(u32::MAX))?;
+    let ngram_size = keys.narrow(
+        &k("ple.ngram_size"),
+        keys.req_int(&k("ple.ngram_size"))?,
+        64,
+    )?;
+    let heads_per_ngram = keys.narrow(
+        &k("ple.heads_per_ngram"),
+        keys.req_int(&k("ple.heads_per_ngram"))?,
+        1024,
+    )?;
+    let eos = keys.narrow(
+        &k("ple.eos_token_id"),
+        keys.req_int(&k("ple.eos_token_id"))?,
+        u64::from(u32::MAX),
+    )?;
     let row_dim = keys.req_int(&k("embedding_length_per_layer_input"))?;
     let seed = keys.int(&k("ple.seed"))?.unwrap_or(1234);
     let vocab = match keys.int(&k("vocab_size"))? {
         Some(v) => v,
-        None => match header.get("tokenizer.ggml.tokens").and_then(Value::as_array) {
+        None => match header
+            .get("tokenizer.ggml.tokens")
+            .and_then(Value::as_array)
+        {
             Some(tokens) => tokens.len() as u64,
             None => {
                 return Err(keys.err(
@@ -126,7 +159,9 @@ pub fn model_from_header(path: &Path, header: &GgufHeader) -> Result<Model> {
         },
     };
     let primes = keys.ints(&k("ple.head_vocab_sizes"))?;
-    let first_prime = *primes.first().ok_or_else(|| keys.err(&k("ple.head_vocab_sizes"), "is empty"))?;
+    let first_prime = *primes
+        .first()
+        .ok_or_else(|| keys.err(&k("ple.head_vocab_sizes"), "is empty"))?;
     let params = QwenParams {
         vocab_size: keys.narrow(&k("vocab_size"), vocab, u64::from(u32::MAX))? as u32,
         ngram_size: ngram_size as usize,
@@ -143,9 +178,25 @@ pub fn model_from_header(path: &Path, header: &GgufHeader) -> Result<Model> {
     let mut layout = derive_layout(path, &params)?;
     let table = &layout.tables[0];
     let stored = [
-        ("ple.head_vocab_sizes", primes.clone(), table.primes.iter().map(|&p| u64::from(p)).collect::<Vec<_>>()),
-        ("ple.head_offsets", keys.ints(&k("ple.head_offsets"))?, table.offsets.iter().map(|&o| u64::from(o)).collect()),
-        ("ple.layer_multipliers", keys.ints(&k("ple.layer_multipliers"))?, table.multipliers.clone()),
+        (
+            "ple.head_vocab_sizes",
+            primes.clone(),
+            table
+                .primes
+                .iter()
+                .map(|&p| u64::from(p))
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "ple.head_offsets",
+            keys.ints(&k("ple.head_offsets"))?,
+            table.offsets.iter().map(|&o| u64::from(o)).collect(),
+        ),
+        (
+            "ple.layer_multipliers",
+            keys.ints(&k("ple.layer_multipliers"))?,
+            table.multipliers.clone(),
+        ),
     ];
     for (name, stored, derived) in stored {
         if stored != derived {
@@ -165,35 +216,65 @@ pub fn model_from_header(path: &Path, header: &GgufHeader) -> Result<Model> {
     })
 }
 
-fn locate(path: &Path, header: &GgufHeader, layer_id: u32, hashed_rows: u64, dim: usize) -> Result<TableLocation> {
+fn locate(
+    path: &Path,
+    header: &GgufHeader,
+    layer_id: u32,
+    hashed_rows: u64,
+    dim: usize,
+) -> Result<TableLocation> {
     let info = header
         .tensor(TENSOR)
         .ok_or_else(|| Error::format(path, TENSOR, "missing tensor"))?;
-    let bad = |field: &str, reason: String| Error::format(path, format!("tensor {TENSOR}.{field}"), reason);
+    let bad = |field: &str, reason: String| {
+        Error::format(path, format!("tensor {TENSOR}.{field}"), reason)
+    };
     let name = encoding_name(info.ggml_type).ok_or_else(|| {
-        bad("type", format!("ggml type {} is not one of F32, F16, BF16, Q8_0, Q5_1, Q4_0, Q4_1", info.ggml_type))
+        bad(
+            "type",
+            format!(
+                "ggml type {} is not one of F32, F16, BF16, Q8_0, Q5_1, Q4_0, Q4_1",
+                info.ggml_type
+            ),
+        )
     })?;
     let encoding = Encoding::with_values(name, dim)
         .map_err(|e| bad("type", format!("{name} rows of {dim} values: {e}")))?;
     let [width, rows] = info.dims[..] else {
-        return Err(bad("dims", format!("{:?} is not 2-D [values, rows]", info.dims)));
+        return Err(bad(
+            "dims",
+            format!("{:?} is not 2-D [values, rows]", info.dims),
+        ));
     };
     if width != dim as u64 {
-        return Err(bad("dims", format!("rows of {width} values, but {ARCH}.embedding_length_per_layer_input is {dim}")));
+        return Err(bad(
+            "dims",
+            format!("rows of {width} values, but {ARCH}.embedding_length_per_layer_input is {dim}"),
+        ));
     }
     if rows < hashed_rows {
-        return Err(bad("dims", format!("{rows} rows, but the hash addresses {hashed_rows}")));
+        return Err(bad(
+            "dims",
+            format!("{rows} rows, but the hash addresses {hashed_rows}"),
+        ));
     }
     let row_bytes = encoding.row_bytes() as u64;
     let offset = header.data_start.checked_add(info.offset);
     let end = offset.and_then(|o| rows.checked_mul(row_bytes).and_then(|b| o.checked_add(b)));
     match (offset, end) {
-        (Some(offset), Some(end)) if end <= header.file_size => {
-            Ok(TableLocation::packed(layer_id, path.to_path_buf(), offset, rows, encoding))
-        }
+        (Some(offset), Some(end)) if end <= header.file_size => Ok(TableLocation::packed(
+            layer_id,
+            path.to_path_buf(),
+            offset,
+            rows,
+            encoding,
+        )),
         _ => Err(bad(
             "offset",
-            format!("{rows} rows of {row_bytes} bytes run past the end of the file ({} bytes)", header.file_size),
+            format!(
+                "{rows} rows of {row_bytes} bytes run past the end of the file ({} bytes)",
+                header.file_size
+            ),
         )),
     }
 }

@@ -114,7 +114,8 @@ fn table_leaf(leaf: &str) -> Option<PleTensor> {
 
 /// A decimal number without sign or leading zeros (but `0` itself).
 fn number(s: &str) -> Option<u32> {
-    let ok = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
+    let ok =
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
     ok.then(|| s.parse().ok()).flatten()
 }
 
@@ -127,14 +128,38 @@ mod tests {
         let table = |shard, array| Some((1, PleTensor::Table { shard, array }));
         let w = TableArray::Weight;
         for (name, want) in [
-            ("model.language_model.layers.1.ple.ple_embedding.ngram_embedding.shard_0.weight", table(Some(0), w)),
-            ("model.layers.1.ple.ple_embedding.ngram_embedding.shard_127.weight", table(Some(127), w)),
-            ("layers.1.ple.ple_embedding.ngram_embedding.weight", table(None, w)),
-            ("language_model.model.layers.1.ple.ple_embedding.ngram_embedding.shards.3.scales", table(Some(3), TableArray::Scales)),
-            ("language_model.model.layers.1.ple.ple_embedding.ngram_embedding.shards.3.biases", table(Some(3), TableArray::Biases)),
-            ("model.layers.1.ple.ple_embedding.ngram_embedding.weight_scale", Some((1, PleTensor::WeightScale))),
-            ("model.layers.1.ple.ple_embedding.layer_multipliers", Some((1, PleTensor::Constant(Constant::Multipliers)))),
-            ("model.layers.1.ple.ple_embedding.ngram_heads_offsets", Some((1, PleTensor::Constant(Constant::HeadOffsets)))),
+            (
+                "model.language_model.layers.1.ple.ple_embedding.ngram_embedding.shard_0.weight",
+                table(Some(0), w),
+            ),
+            (
+                "model.layers.1.ple.ple_embedding.ngram_embedding.shard_127.weight",
+                table(Some(127), w),
+            ),
+            (
+                "layers.1.ple.ple_embedding.ngram_embedding.weight",
+                table(None, w),
+            ),
+            (
+                "language_model.model.layers.1.ple.ple_embedding.ngram_embedding.shards.3.scales",
+                table(Some(3), TableArray::Scales),
+            ),
+            (
+                "language_model.model.layers.1.ple.ple_embedding.ngram_embedding.shards.3.biases",
+                table(Some(3), TableArray::Biases),
+            ),
+            (
+                "model.layers.1.ple.ple_embedding.ngram_embedding.weight_scale",
+                Some((1, PleTensor::WeightScale)),
+            ),
+            (
+                "model.layers.1.ple.ple_embedding.layer_multipliers",
+                Some((1, PleTensor::Constant(Constant::Multipliers))),
+            ),
+            (
+                "model.layers.1.ple.ple_embedding.ngram_heads_offsets",
+                Some((1, PleTensor::Constant(Constant::HeadOffsets))),
+            ),
         ] {
             assert_eq!(parse(name), want, "{name}");
         }

@@ -69,7 +69,13 @@ pub fn row_values(seed: u64, table: usize, row: u64, out: &mut [f32]) {
 
 /// Fills `out` with consecutive encoded rows of table `table` from
 /// `first_row`; `out.len()` must be a whole number of rows.
-pub fn fill_rows(seed: u64, table: usize, encoding: Encoding, first_row: u64, out: &mut [u8]) -> Result<()> {
+pub fn fill_rows(
+    seed: u64,
+    table: usize,
+    encoding: Encoding,
+    first_row: u64,
+    out: &mut [u8],
+) -> Result<()> {
     let width = encoding.row_bytes();
     if out.len() % width != 0 {
         return Err(Error::InvalidArgument(format!(
@@ -107,7 +113,9 @@ pub fn encoding(name: &str, dim: usize) -> Result<Encoding> {
     } else {
         Encoding::with_values(name, dim)
     };
-    e.map_err(|e| Error::InvalidArgument(format!("encoding {name:?} for rows of {dim} values: {e}")))
+    e.map_err(|e| {
+        Error::InvalidArgument(format!("encoding {name:?} for rows of {dim} values: {e}"))
+    })
 }
 
 /// Writes a synthetic model of `layout` (derived from `params`) in `format`
@@ -126,7 +134,10 @@ pub fn synth(
         QwenFormat::Mlx => matches!(encoding, Encoding::Mlx4 { .. }),
         QwenFormat::Hf => matches!(
             encoding,
-            Encoding::Bf16 { .. } | Encoding::F16 { .. } | Encoding::F32 { .. } | Encoding::Fp8E4m3 { .. }
+            Encoding::Bf16 { .. }
+                | Encoding::F16 { .. }
+                | Encoding::F32 { .. }
+                | Encoding::Fp8E4m3 { .. }
         ),
         QwenFormat::Gguf => ggml_type(encoding.name()).is_some(),
     };
@@ -166,18 +177,39 @@ fn write_gguf(
     let k = |name: &str| format!("{ARCH}.{name}");
     let u64s = |v: Vec<u64>| Value::Array(Array::U64(v));
     let metadata = vec![
-        ("general.architecture".to_string(), Value::String(ARCH.into())),
-        ("general.name".to_string(), Value::String("engram synthetic qwen4exp".into())),
+        (
+            "general.architecture".to_string(),
+            Value::String(ARCH.into()),
+        ),
+        (
+            "general.name".to_string(),
+            Value::String("engram synthetic qwen4exp".into()),
+        ),
         (k("vocab_size"), Value::U32(params.vocab_size)),
-        (k("embedding_length_per_layer_input"), Value::U32(params.row_dim as u32)),
-        (k("ple.layers"), Value::Array(Array::U32(vec![table.layer_id]))),
+        (
+            k("embedding_length_per_layer_input"),
+            Value::U32(params.row_dim as u32),
+        ),
+        (
+            k("ple.layers"),
+            Value::Array(Array::U32(vec![table.layer_id])),
+        ),
         (k("ple.ngram_size"), Value::U32(params.ngram_size as u32)),
-        (k("ple.heads_per_ngram"), Value::U32(params.heads_per_ngram as u32)),
+        (
+            k("ple.heads_per_ngram"),
+            Value::U32(params.heads_per_ngram as u32),
+        ),
         (k("ple.conv_kernel"), Value::U32(4)),
         (k("ple.eos_token_id"), Value::U32(params.eos_token_id)),
         (k("ple.layer_multipliers"), u64s(table.multipliers.clone())),
-        (k("ple.head_offsets"), u64s(table.offsets.iter().map(|&o| u64::from(o)).collect())),
-        (k("ple.head_vocab_sizes"), u64s(table.primes.iter().map(|&p| u64::from(p)).collect())),
+        (
+            k("ple.head_offsets"),
+            u64s(table.offsets.iter().map(|&o| u64::from(o)).collect()),
+        ),
+        (
+            k("ple.head_vocab_sizes"),
+            u64s(table.primes.iter().map(|&p| u64::from(p)).collect()),
+        ),
     ];
     let rows = table.stored_rows;
     let ggml = ggml_type(encoding.name()).unwrap_or_default();
@@ -221,14 +253,16 @@ fn create_safetensors(path: &Path, tensors: &[TensorSpec]) -> Result<(std::fs::F
         relative.push(at);
         at += t.bytes;
     }
-    let mut text = serde_json::to_vec(&header).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let mut text =
+        serde_json::to_vec(&header).map_err(|e| Error::InvalidArgument(e.to_string()))?;
     while text.len() % 8 != 0 {
         text.push(b' ');
     }
     let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
     let mut head = (text.len() as u64).to_le_bytes().to_vec();
     head.extend_from_slice(&text);
-    file.write_all_at(&head, 0).map_err(|e| Error::io(path, e))?;
+    file.write_all_at(&head, 0)
+        .map_err(|e| Error::io(path, e))?;
     let start = head.len() as u64;
     file.set_len(start + at).map_err(|e| Error::io(path, e))?;
     Ok((file, relative.into_iter().map(|r| start + r).collect()))
@@ -281,7 +315,10 @@ fn write_dir(
     let files: Vec<String> = if mlx {
         vec!["model.safetensors".into()]
     } else {
-        vec!["model-00001-of-00002.safetensors".into(), "model-00002-of-00002.safetensors".into()]
+        vec![
+            "model-00001-of-00002.safetensors".into(),
+            "model-00002-of-00002.safetensors".into(),
+        ]
     };
     let dim = params.row_dim as u64;
     // Per file, its tensors; per table and shard, where each part goes.
@@ -295,17 +332,31 @@ fn write_dir(
             ("ngram_heads_offsets", table.offsets.len()),
         ] {
             if !mlx {
-                specs[0].push(TensorSpec { name: format!("{base}{leaf}"), dtype: "I64", shape: vec![n as u64], bytes: 8 * n as u64 });
+                specs[0].push(TensorSpec {
+                    name: format!("{base}{leaf}"),
+                    dtype: "I64",
+                    shape: vec![n as u64],
+                    bytes: 8 * n as u64,
+                });
             }
         }
         if matches!(encoding, Encoding::Fp8E4m3 { .. }) {
-            specs[0].push(TensorSpec { name: format!("{base}ngram_embedding.weight_scale"), dtype: "F32", shape: vec![], bytes: 4 });
+            specs[0].push(TensorSpec {
+                name: format!("{base}ngram_embedding.weight_scale"),
+                dtype: "F32",
+                shape: vec![],
+                bytes: 4,
+            });
         }
         let rows = table.stored_rows;
         let mut shards = Vec::new();
         for s in 0..SYNTH_PARTS {
             let (first, n) = shard_range(format, rows, SYNTH_PARTS, s);
-            let file = if mlx { 0 } else { (s * files.len() as u64 / SYNTH_PARTS) as usize };
+            let file = if mlx {
+                0
+            } else {
+                (s * files.len() as u64 / SYNTH_PARTS) as usize
+            };
             let name = |leaf: &str| format!("{base}ngram_embedding.{shard_word}{s}.{leaf}");
             let mut parts = Vec::new();
             let arrays: Vec<(String, &'static str, Vec<u64>, u64)> = if mlx {
@@ -321,11 +372,21 @@ fn write_dir(
                     Encoding::F32 { .. } => "F32",
                     _ => "F8_E4M3",
                 };
-                vec![(name("weight"), dtype, vec![n, dim], encoding.row_bytes() as u64)]
+                vec![(
+                    name("weight"),
+                    dtype,
+                    vec![n, dim],
+                    encoding.row_bytes() as u64,
+                )]
             };
             for (name, dtype, shape, bytes) in arrays {
                 parts.push((file, specs[file].len(), bytes as usize));
-                specs[file].push(TensorSpec { name, dtype, shape, bytes: n * bytes });
+                specs[file].push(TensorSpec {
+                    name,
+                    dtype,
+                    shape,
+                    bytes: n * bytes,
+                });
             }
             shards.push((first, n, parts));
         }
@@ -339,16 +400,41 @@ fn write_dir(
     for table in &layout.tables {
         let base = format!("{prefix}layers.{}.ple.ple_embedding.", table.layer_id);
         let values: [(&str, Vec<u8>); 4] = [
-            ("layer_multipliers", table.multipliers.iter().flat_map(|&x| (x as i64).to_le_bytes()).collect()),
-            ("ngram_heads_vocab_sizes", table.primes.iter().flat_map(|&x| i64::from(x).to_le_bytes()).collect()),
-            ("ngram_heads_offsets", table.offsets.iter().flat_map(|&x| i64::from(x).to_le_bytes()).collect()),
-            ("ngram_embedding.weight_scale", FP8_SCALE.to_le_bytes().to_vec()),
+            (
+                "layer_multipliers",
+                table
+                    .multipliers
+                    .iter()
+                    .flat_map(|&x| (x as i64).to_le_bytes())
+                    .collect(),
+            ),
+            (
+                "ngram_heads_vocab_sizes",
+                table
+                    .primes
+                    .iter()
+                    .flat_map(|&x| i64::from(x).to_le_bytes())
+                    .collect(),
+            ),
+            (
+                "ngram_heads_offsets",
+                table
+                    .offsets
+                    .iter()
+                    .flat_map(|&x| i64::from(x).to_le_bytes())
+                    .collect(),
+            ),
+            (
+                "ngram_embedding.weight_scale",
+                FP8_SCALE.to_le_bytes().to_vec(),
+            ),
         ];
         for (leaf, bytes) in values {
             let name = format!("{base}{leaf}");
             if let Some(i) = specs[0].iter().position(|s| s.name == name) {
                 let (file, offsets) = &opened[0];
-                file.write_all_at(&bytes, offsets[i]).map_err(|e| Error::io(root.join(&files[0]), e))?;
+                file.write_all_at(&bytes, offsets[i])
+                    .map_err(|e| Error::io(root.join(&files[0]), e))?;
             }
         }
     }
@@ -362,7 +448,12 @@ fn write_dir(
                     let sinks = parts
                         .into_iter()
                         .map(|(file, index, bytes)| {
-                            let sink = PartSink { file, offset: opened[file].1[index], bytes, at };
+                            let sink = PartSink {
+                                file,
+                                offset: opened[file].1[index],
+                                bytes,
+                                at,
+                            };
                             at += bytes;
                             sink
                         })
@@ -421,11 +512,18 @@ fn write_dir(
 }
 
 fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
-    let bytes = serde_json::to_vec_pretty(value).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let bytes =
+        serde_json::to_vec_pretty(value).map_err(|e| Error::InvalidArgument(e.to_string()))?;
     std::fs::write(path, bytes).map_err(|e| Error::io(path, e))
 }
 
-fn write_config(root: &Path, format: QwenFormat, layout: &Layout, params: &QwenParams, encoding: Encoding) -> Result<()> {
+fn write_config(
+    root: &Path,
+    format: QwenFormat,
+    layout: &Layout,
+    params: &QwenParams,
+    encoding: Encoding,
+) -> Result<()> {
     let heads = (params.ngram_size - 1) * params.heads_per_ngram;
     let mut text = json!({
         "model_type": super::config::TEXT_MODEL_TYPE,
@@ -450,7 +548,9 @@ fn write_config(root: &Path, format: QwenFormat, layout: &Layout, params: &QwenP
         "text_config": text,
     });
     match format {
-        QwenFormat::Mlx => config["quantization"] = json!({"group_size": 32, "bits": 4, "mode": "affine"}),
+        QwenFormat::Mlx => {
+            config["quantization"] = json!({"group_size": 32, "bits": 4, "mode": "affine"})
+        }
         _ if matches!(encoding, Encoding::Fp8E4m3 { .. }) => {
             config["quantization_config"] = json!({"quant_method": "fp8", "modules_to_convert": ["ple.ple_embedding.ngram_embedding"]});
         }
