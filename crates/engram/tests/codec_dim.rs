@@ -112,10 +112,11 @@ fn bad_widths_names_and_scales_are_refused() {
 
     // A hand-built variant with a bad width is refused by every call.
     let bad = Encoding::Q4_0 { dim: 33 };
-    let expected = Err(CodecError::InvalidParams {
+    let invalid = CodecError::InvalidParams {
         encoding: bad,
         reason: "values per row must be a multiple of 32",
-    });
+    };
+    let expected = Err(invalid);
     let raw = vec![0u8; bad.row_bytes()];
     let mut out = vec![0f32; 33];
     assert_eq!(bad.decode_row(&raw, &mut out), expected);
@@ -126,7 +127,7 @@ fn bad_widths_names_and_scales_are_refused() {
         bad.decode_rows(&raw, &mut out),
         Err(RowsError {
             index: 0,
-            error: expected.unwrap_err()
+            error: invalid
         })
     );
     let bad = Encoding::Fp8E4m3 {

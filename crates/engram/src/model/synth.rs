@@ -382,9 +382,11 @@ pub fn synth_named(
                 "gguf" => (QwenFormat::Gguf, "bf16"),
                 "hf" => (QwenFormat::Hf, "bf16"),
                 "mlx" => (QwenFormat::Mlx, "mlx4"),
-                other => return Err(Error::InvalidArgument(format!(
+                other => {
+                    return Err(Error::InvalidArgument(format!(
                     "format {other:?}: a {preset} model is written as \"gguf\", \"hf\" or \"mlx\""
-                ))),
+                )))
+                }
             };
             let layout = Layout::derive_qwen(&params)?;
             let encoding = qwen::encoding(encoding.unwrap_or(default), params.row_dim)?;

@@ -278,6 +278,22 @@ struct PartSink {
     at: usize,
 }
 
+/// A shard of a table being written: its rows and where each part goes.
+struct ShardSink<P> {
+    first: u64,
+    rows: u64,
+    parts: Vec<P>,
+}
+
+/// A part planned before the files exist: its file, the index of its
+/// tensor in that file's list, and bytes a row.
+#[derive(Clone, Copy)]
+struct PlannedPart {
+    file: usize,
+    tensor: usize,
+    bytes: usize,
+}
+
 /// Shard `s` of `parts` over `rows` rows: (first row, rows). HF checkpoints
 /// cut `ceil(rows / parts)` rows a shard (the last takes the rest), MLX by
 /// divmod (the first `rows % parts` shards one row longer).
@@ -323,7 +339,7 @@ fn write_dir(
     let dim = params.row_dim as u64;
     // Per file, its tensors; per table and shard, where each part goes.
     let mut specs: Vec<Vec<TensorSpec>> = files.iter().map(|_| Vec::new()).collect();
-    let mut sinks: Vec<Vec<(u64, u64, Vec<(usize, usize, usize)>)>> = Vec::new();
+    let mut sinks: Vec<Vec<ShardSink<PlannedPart>>> = Vec::new();
     for table in &layout.tables {
         let base = format!("{prefix}layers.{}.ple.ple_embedding.", table.layer_id);
         for (leaf, n) in [
@@ -380,7 +396,11 @@ fn write_dir(
                 )]
             };
             for (name, dtype, shape, bytes) in arrays {
-                parts.push((file, specs[file].len(), bytes as usize));
+                parts.push(PlannedPart {
+                    file,
+                    tensor: specs[file].len(),
+                    bytes: bytes as usize,
+                });
                 specs[file].push(TensorSpec {
                     name,
                     dtype,
@@ -388,7 +408,11 @@ fn write_dir(
                     bytes: n * bytes,
                 });
             }
-            shards.push((first, n, parts));
+            shards.push(ShardSink {
+                first,
+                rows: n,
+                parts,
+            });
         }
         sinks.push(shards);
     }
@@ -438,27 +462,33 @@ fn write_dir(
             }
         }
     }
-    let parts: Vec<Vec<(u64, u64, Vec<PartSink>)>> = sinks
+    let parts: Vec<Vec<ShardSink<PartSink>>> = sinks
         .into_iter()
         .map(|shards| {
             shards
                 .into_iter()
-                .map(|(first, n, parts)| {
+                .map(|shard| {
                     let mut at = 0;
-                    let sinks = parts
+                    let parts = shard
+                        .parts
                         .into_iter()
-                        .map(|(file, index, bytes)| {
+                        .map(|p| {
+                            let offset = opened[p.file].1[p.tensor];
                             let sink = PartSink {
-                                file,
-                                offset: opened[file].1[index],
-                                bytes,
+                                file: p.file,
+                                offset,
+                                bytes: p.bytes,
                                 at,
                             };
-                            at += bytes;
+                            at += p.bytes;
                             sink
                         })
                         .collect();
-                    (first, n, sinks)
+                    ShardSink {
+                        first: shard.first,
+                        rows: shard.rows,
+                        parts,
+                    }
                 })
                 .collect()
         })
@@ -467,9 +497,10 @@ fn write_dir(
         let width = encoding.row_bytes();
         let first = chunk.first_row;
         let count = (chunk.data.len() / width) as u64;
-        for &(shard_first, n, ref sinks) in &parts[chunk.table] {
+        for shard in &parts[chunk.table] {
+            let (shard_first, sinks) = (shard.first, &shard.parts);
             let from = first.max(shard_first);
-            let to = (first + count).min(shard_first + n);
+            let to = (first + count).min(shard_first + shard.rows);
             if from >= to {
                 continue;
             }
