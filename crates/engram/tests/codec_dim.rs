@@ -6,6 +6,8 @@
 
 mod codec_model;
 
+use engram::splitmix::SplitMix64;
+
 use codec_model::dim::{dense_row, fp8_row, ggml_row, mlx4_row};
 use engram::codec::{CodecError, Encoding, RowsError};
 
@@ -20,20 +22,9 @@ fn decode(encoding: Encoding, raw: &[u8]) -> Result<Vec<f32>, CodecError> {
     encoding.decode_row(raw, &mut out).map(|()| out)
 }
 
-/// xorshift64*, for random rows.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
+/// `n` random bytes.
+fn random_bytes(rng: &mut SplitMix64, n: usize) -> Vec<u8> {
+    (0..n).map(|_| rng.next_u64() as u8).collect()
 }
 
 #[test]
@@ -299,11 +290,11 @@ fn mlx4_rows_by_hand() {
 /// are exact.
 #[test]
 fn random_rows_match_the_model() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = SplitMix64(0x9e37_79b9_7f4a_7c15);
     for _ in 0..400 {
         for name in ["q8_0", "q5_1", "q4_0", "q4_1"] {
             let e = enc(name);
-            let mut raw = rng.bytes(e.row_bytes());
+            let mut raw = random_bytes(&mut rng, e.row_bytes());
             let block = e.row_bytes() / 5;
             for b in 0..5 {
                 for field in 0..if name.ends_with("_1") { 2 } else { 1 } {
@@ -316,17 +307,17 @@ fn random_rows_match_the_model() {
             assert_eq!(e.check_row(&raw), Ok(()));
         }
         let e = enc("mlx4");
-        let mut raw = rng.bytes(100);
+        let mut raw = random_bytes(&mut rng, 100);
         for half in raw[80..].chunks_exact_mut(2) {
             // Sign and low bits random, exponent within 2^-8 .. 2^7.
-            let exponent = 119 + (rng.next() % 16) as u16;
+            let exponent = 119 + (rng.next_u64() % 16) as u16;
             let bits = u16::from_le_bytes([half[0], half[1]]) & 0x807f | exponent << 7;
             half.copy_from_slice(&bits.to_le_bytes());
         }
         assert_eq!(decode(e, &raw).unwrap(), mlx4_row(&raw, DIM).unwrap());
         for name in ["bf16", "f16", "f32"] {
             let e = enc(name);
-            let raw = rng.bytes(e.row_bytes());
+            let raw = random_bytes(&mut rng, e.row_bytes());
             match dense_row(name, &raw) {
                 Some(want) => assert_eq!(decode(e, &raw).unwrap(), want, "{name}"),
                 None => assert!(
@@ -335,10 +326,9 @@ fn random_rows_match_the_model() {
                 ),
             }
         }
-        let scale = f32::from_bits(0x3000_0000 | (rng.next() as u32 & 0x0fff_ffff));
+        let scale = f32::from_bits(0x3000_0000 | (rng.next_u64() as u32 & 0x0fff_ffff));
         let e = Encoding::fp8_e4m3(DIM, scale).unwrap();
-        let raw: Vec<u8> = rng
-            .bytes(DIM)
+        let raw: Vec<u8> = random_bytes(&mut rng, DIM)
             .into_iter()
             .map(|c| if c & 0x7f == 0x7f { c ^ 1 } else { c })
             .collect();

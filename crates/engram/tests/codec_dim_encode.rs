@@ -3,6 +3,7 @@
 //! quantization step otherwise), re-encoding of decoded rows, refusals.
 
 use engram::codec::{CodecError, Encoding};
+use engram::splitmix::SplitMix64;
 
 const DIM: usize = 160;
 
@@ -21,20 +22,9 @@ fn decode(e: Encoding, raw: &[u8]) -> Vec<f32> {
     out
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
+/// Uniform in [-1, 1).
+fn unit(rng: &mut SplitMix64) -> f32 {
+    (rng.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
 }
 
 /// 0, 1, ..., 31: one block whose codes can be worked out by hand.
@@ -101,11 +91,11 @@ fn quantizers_on_a_ramp_by_hand() {
 
 #[test]
 fn dense_round_trips_are_exact_for_representable_values() {
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64(7);
     for _ in 0..200 {
         let bf16: Vec<f32> = (0..DIM)
             .map(|_| loop {
-                let v = f32::from_bits((rng.next() as u32) & 0xffff_0000);
+                let v = f32::from_bits((rng.next_u64() as u32) & 0xffff_0000);
                 if v.is_finite() {
                     break v;
                 }
@@ -121,7 +111,7 @@ fn dense_round_trips_are_exact_for_representable_values() {
         );
         let f16: Vec<f32> = (0..DIM)
             .map(|_| loop {
-                let v = engram::codec::f16_to_f32(rng.next() as u16);
+                let v = engram::codec::f16_to_f32(rng.next_u64() as u16);
                 if v.is_finite() {
                     break v;
                 }
@@ -133,7 +123,7 @@ fn dense_round_trips_are_exact_for_representable_values() {
         assert_eq!(encode(e, &decode(e, &raw)).unwrap(), raw);
         let f32s: Vec<f32> = (0..DIM)
             .map(|_| loop {
-                let v = f32::from_bits(rng.next() as u32);
+                let v = f32::from_bits(rng.next_u64() as u32);
                 if v.is_finite() {
                     break v;
                 }
@@ -219,12 +209,12 @@ fn bound(name: &str, values: &[f32]) -> f32 {
 
 #[test]
 fn quantized_round_trips_are_within_the_step() {
-    let mut rng = Rng(11);
+    let mut rng = SplitMix64(11);
     for round in 0..300 {
         // Offsets and spreads vary per row; some rows are all one value.
         let spread = [1.0f32, 0.01, 100.0, 0.0][round % 4];
         let offset = [0.0f32, 0.5, -3.0][round % 3];
-        let values: Vec<f32> = (0..DIM).map(|_| offset + spread * rng.unit()).collect();
+        let values: Vec<f32> = (0..DIM).map(|_| offset + spread * unit(&mut rng)).collect();
         for name in ["q8_0", "q5_1", "q4_0", "q4_1", "mlx4"] {
             let e = enc(name);
             let raw = encode(e, &values).unwrap();
@@ -255,13 +245,13 @@ fn quantized_round_trips_are_within_the_step() {
 /// and holds the values decoded again to within a step of the first decode.
 #[test]
 fn re_encoding_a_decoded_row_reproduces_its_bytes() {
-    let mut rng = Rng(13);
+    let mut rng = SplitMix64(13);
     let mut mlx_same = 0;
     let rows = 500;
     for round in 0..rows {
         let spread = [1.0f32, 0.01, 100.0][round % 3];
         let offset = [0.0f32, 0.1][round % 2] * spread;
-        let values: Vec<f32> = (0..DIM).map(|_| offset + spread * rng.unit()).collect();
+        let values: Vec<f32> = (0..DIM).map(|_| offset + spread * unit(&mut rng)).collect();
         for name in ["q8_0", "q4_0", "q4_1", "q5_1", "mlx4"] {
             let e = enc(name);
             let raw = encode(e, &values).unwrap();
