@@ -94,17 +94,22 @@ fn detect_dialect(path: &Path, header: &GgufHeader) -> Result<Dialect> {
     } else if has("deepseek4.engram.") {
         Ok(Dialect::Deepseek4)
     } else {
-        let arch = header
-            .get("general.architecture")
-            .and_then(Value::as_str)
-            .map_or_else(|| "absent".to_string(), |a| format!("{a:?}"));
-        Err(Error::format(
-            path,
-            "general.architecture",
-            format!(
-                "{arch}: no n-gram table metadata (neither qwen4exp nor deepseek41.engram.* / deepseek4.engram.* keys)"
-            ),
-        ))
+        // A file of another architecture is named by it; a DeepSeek one
+        // (or one that says none) by the Engram keys it lacks.
+        match header.get("general.architecture").and_then(Value::as_str) {
+            Some(arch) if !arch.starts_with("deepseek") => Err(Error::format(
+                path,
+                "general.architecture",
+                format!(
+                    "{arch:?}: no n-gram tables this crate reads (architectures read: qwen4exp, and DeepSeek files with deepseek41.engram.* or deepseek4.engram.* keys)"
+                ),
+            )),
+            _ => Err(Error::format(
+                path,
+                "deepseek41.engram.*",
+                "no Engram metadata (neither deepseek41.engram.* nor deepseek4.engram.* keys)",
+            )),
+        }
     }
 }
 
