@@ -14,18 +14,21 @@
 #
 # The prompt is the repository's docs (about 60K tokens with the vendored
 # DeepSeek tokenizer; Qwen4-Exp models take the same token ids, all inside
-# their vocabulary, as a stand-in for Qwen's own tokenizer). JSON to $OUT.
+# their vocabulary, as a stand-in for Qwen's own tokenizer). The JSON
+# documents go to $OUT/families.tgz (the device tool returns 8 files at most).
 set -euo pipefail
 new=${1:?usage: device-families.sh NEW_BIN BASE_BIN [WHEEL]}
 base=${2:?usage: device-families.sh NEW_BIN BASE_BIN [WHEEL]}
 wheel=${3:-}
-out=${OUT:?set OUT to the directory the JSON documents go to}
+final=${OUT:?set OUT to the directory the results go to}
 work=${WORK:-/tmp/engram-families}
+out=$work/results
 compute=${COMPUTE:-gpu:custom:4.225,108.6}
 rounds=${ROUNDS:-3}
 prefill=${PREFILL:-8192}
 decode=${DECODE:-300}
 scale=${SCALE:-32}
+rm -rf "$out"
 mkdir -p "$out" "$work"
 export XDG_CACHE_HOME="$work/cache"
 started=$(date +%s)
@@ -63,4 +66,5 @@ if [ -n "$wheel" ]; then
     (cd crates/engram-py/tests && PYTHONPATH="$work/site" python3 -m pytest -q \
         test_torch.py test_torch_import.py test_torch_host.py 2>&1 | tail -30) | tee "$out/torch-tests.txt"
 fi
+tar czf "$final/families.tgz" -C "$out" .
 stamp done

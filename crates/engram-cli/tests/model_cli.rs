@@ -66,9 +66,12 @@ fn synth_inspect_rows_transcode_pack() {
     let hdoc = json(&["inspect", p(&h), "--json"]);
     assert_eq!(hdoc["format"], "hf");
     assert_eq!(hdoc["layout"], doc["layout"]);
-    assert!(hdoc["tables"][1]["scale_file"].is_string());
-    assert!(hdoc["tables"][1]["scale_offset"].is_u64());
-    assert_eq!(hdoc["tables"][1]["row_bytes"], 256);
+    // A checkpoint table is one shard of two parts: values, then scales.
+    let parts = &hdoc["tables"][1]["shards"][0]["parts"];
+    assert_eq!(parts[0]["bytes_per_row"], 256);
+    assert_eq!(parts[1]["bytes_per_row"], 8);
+    assert!(parts[1]["file"].is_string() && parts[1]["offset"].is_u64());
+    assert_eq!(hdoc["tables"][1]["row_bytes"], 264);
 
     // Same seed, same rows, whichever format.
     let last = doc["tables"][1]["rows"].as_u64().unwrap() - 1;
