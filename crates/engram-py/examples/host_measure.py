@@ -278,7 +278,7 @@ def summarize(runs: dict, args) -> list:
     of `resident` taken within each repeat, and of the faster of `resident`
     and `pinned` (`of_floor`): on the H200, `resident`'s decode ran 3-10%
     slower than `pinned`'s with the same graphs and the same result
-    (docs/gpu.md, seventh round), so `resident` alone is no floor there."""
+    (docs/log/2026-12-gpu.md, "2026-12-01 23:00 series"), so `resident` alone is no floor there."""
     floor = runs.get("resident")
     rows = []
     for schedule, rs in runs.items():

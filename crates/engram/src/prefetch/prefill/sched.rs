@@ -98,7 +98,7 @@ impl PrefillCore {
     /// of another table (a chunk sweep reaches table 1 a few hundred ms
     /// in) waits for the whole large batch first: measured at 8,192 tokens,
     /// cold, chunk sweep, all of the stall was in the first chunk, 0.2-0.9 s
-    /// against a floor of 0.04 s (docs/bench.md, "Chunk sweep").
+    /// against a floor of 0.04 s (docs/log/2026-12-bench.md, "Chunk sweep").
     fn batch_end(&self, start: u32) -> u32 {
         if start == 0 {
             self.plan.first_chunk
