@@ -23,6 +23,7 @@ mod read;
 pub mod ready;
 mod reuse;
 mod ring;
+mod sequence;
 pub mod source;
 mod sync;
 #[cfg(all(test, not(loom)))]
@@ -31,24 +32,20 @@ mod view;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use config::{PrefetchConfig, PrefillOrder, RowFormat};
 #[cfg(any(test, feature = "test_utils"))]
 pub use guard::PanicSite;
 pub use prefill::Prefill;
+pub use sequence::Sequence;
 pub use view::RowsView;
 
 use crate::codec::Encoding;
-use crate::hash::{Hasher, History};
+use crate::hash::Hasher;
 use crate::layout::Layout;
 use crate::model::Model;
-use crate::stats::{Phase, Stats, StatsRecorder};
 use crate::{Error, Result};
-use decode::{ReadMode, StepJob};
-use hint::HintTask;
 use pool::{Pool, PoolShared};
-use prefill::{Mode, Plan, PrefillSetup, PromptRows};
 use source::RowSource;
 
 struct Shared {
@@ -139,30 +136,7 @@ impl Engine {
 
     /// A new, empty sequence.
     pub fn sequence(&self) -> Sequence {
-        let shared = self.shared.clone();
-        let stats = Arc::new(StatsRecorder::new(shared.layout.tables.len()));
-        let cols = vec![shared.columns; shared.layout.tables.len()];
-        let steps = Arc::new(StepJob::new(
-            shared.ids(1),
-            &cols,
-            &shared.decode,
-            ReadMode {
-                batch: shared.config.batch,
-            },
-            &shared.source,
-            &stats,
-        ));
-        Sequence {
-            history: shared.hasher.new_history(),
-            shared,
-            steps,
-            step: 0,
-            step_token: 0,
-            step_stall: Duration::ZERO,
-            step_open: false,
-            stats,
-            tokens: Vec::new(),
-        }
+        Sequence::new(self.shared.clone())
     }
 
     /// The options in force.
@@ -293,297 +267,4 @@ fn check_layout(layout: &Layout, source: &dyn RowSource) -> Result<usize> {
         }
     }
     Ok(columns)
-}
-
-/// One sequence's tokens, its decode buffers and its stats.
-pub struct Sequence {
-    shared: Arc<Shared>,
-    steps: Arc<StepJob>,
-    /// Decode steps begun (u64: cannot wrap within a sequence's life).
-    step: u64,
-    /// Position of the current step's token (its rows' first token).
-    step_token: u32,
-    step_stall: Duration,
-    step_open: bool,
-    stats: Arc<StatsRecorder>,
-    tokens: Vec<u32>,
-    history: History,
-}
-
-impl std::fmt::Debug for Sequence {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sequence")
-            .field("tokens", &self.tokens.len())
-            .field("step", &self.step)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Sequence {
-    /// Tokens in the sequence so far.
-    pub fn len(&self) -> usize {
-        self.tokens.len()
-    }
-
-    /// True before the first token.
-    pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
-    }
-
-    /// The sequence's tokens.
-    pub fn tokens(&self) -> &[u32] {
-        &self.tokens
-    }
-
-    /// Number of tables.
-    pub fn tables(&self) -> usize {
-        self.shared.layout.tables.len()
-    }
-
-    /// The transformer layer that consumes `table`.
-    pub fn layer_id(&self, table: usize) -> Option<u32> {
-        self.shared.layout.tables.get(table).map(|t| t.layer_id)
-    }
-
-    /// Rows per token of each table.
-    pub fn rows_per_token(&self) -> usize {
-        self.shared.columns
-    }
-
-    /// Row ids (`[token][table][column]`) the sequence's hash gives
-    /// `tokens` appended to it, without appending them. `mask[i] == true`
-    /// marks token `i` real and `false` dead (padding), as a Hugging Face
-    /// `attention_mask` does ([`Hasher::hash`]).
-    pub fn row_ids(&self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Vec<u32>> {
-        // A history restored from a snapshot continues the sequence exactly
-        // and costs O(max_ngram_size), whatever the sequence length.
-        let mut history = History::from_snapshot(&self.history.snapshot());
-        let mut out = Vec::new();
-        self.shared
-            .hasher
-            .hash(&mut history, tokens, mask, &mut out)?;
-        Ok(out)
-    }
-
-    /// Appends `tokens` (`mask[i] == true` marks token `i` real, `false`
-    /// dead, as padding is: a Hugging Face `attention_mask`) and starts reading their rows: one reader job per table at once,
-    /// ahead of the consumer's [`Prefill::wait`]s.
-    pub fn prefill(&mut self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Prefill<'_>> {
-        self.begin_prefill(tokens, mask)
-    }
-
-    /// [`Sequence::prefill`] without the borrow of the sequence, for owners
-    /// that cannot express it (the C ABI keeps a prefill handle apart from
-    /// its sequence handle).
-    ///
-    /// Sound because a prefill owns everything its readers touch (its rings,
-    /// row ids and a share of the source, pool and stats): dropping it
-    /// cancels and joins its readers whether or not the sequence is still
-    /// alive. The borrow only keeps the consumer's order, so the caller
-    /// keeps it instead: no step or other prefill on this sequence until the
-    /// prefill is dropped.
-    pub fn prefill_detached(
-        &mut self,
-        tokens: &[u32],
-        mask: Option<&[bool]>,
-    ) -> Result<Prefill<'static>> {
-        self.begin_prefill(tokens, mask)
-    }
-
-    fn begin_prefill<'p>(&mut self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Prefill<'p>> {
-        self.check_open()?;
-        // Every check before the history changes: a refused prefill leaves
-        // the sequence as it was (the hash checks its input first).
-        let n = prefill_tokens(tokens.len())?;
-        let first = self.history.position();
-        self.shared.hasher.extend(&mut self.history, tokens, mask)?;
-        self.tokens.extend_from_slice(tokens);
-        let (run, lead) = self.history.run_from(first);
-        let prompt = PromptRows::new(self.shared.hasher.clone(), run, lead);
-        Ok(self.start_prefill(n, prompt))
-    }
-
-    fn start_prefill<'p>(&mut self, tokens: u32, prompt: PromptRows) -> Prefill<'p> {
-        let config = &self.shared.config;
-        let overlap = config.prefetch && tokens >= config.overlap_threshold;
-        let whole = !config.pipeline;
-        // Pipeline off: the ring and every batch are the whole prompt.
-        let sized = |pipelined: u32| if whole { tokens } else { pipelined }.max(1);
-        let plan = Plan {
-            tokens,
-            // A prompt shorter than the ring gets a ring of its own size.
-            ring_tokens: sized(config.ring_tokens().min(tokens)),
-            first_chunk: sized(config.first_chunk_tokens),
-            read_batch: sized(config.read_batch_tokens),
-            in_flight: config.prefill_batches_in_flight,
-            mode: if overlap { Mode::Overlap } else { Mode::AtWait },
-            batch: config.batch,
-            whole_table: whole,
-            reuse_bytes: config.reuse_bytes,
-            warm: config.warm_page_cache,
-            chunk: config.chunk_tokens,
-            order: config.prefill_order,
-        };
-        let tables = self.tables();
-        let cols = vec![self.shared.columns; tables];
-        Prefill::start(PrefillSetup {
-            id: self.shared.ids(1),
-            decode: &self.shared.decode,
-            prompt: Arc::new(prompt),
-            cols: &cols,
-            plan,
-            source: &self.shared.source,
-            stats: &self.stats,
-            pool: &self.shared.pool,
-        })
-    }
-
-    /// Appends `token` and issues both tables' reads of its rows without
-    /// blocking. Blocks only if the previous step's reads are still running.
-    ///
-    /// An error leaves the sequence as it was: its tokens, history, step
-    /// count, stats and the previous step's rows.
-    pub fn step_begin(&mut self, token: u32) -> Result<()> {
-        self.check_open()?;
-        self.steps.ready_for_step(&self.shared.pool)?;
-        let step_token = u32::try_from(self.tokens.len()).map_err(|_| {
-            Error::InvalidArgument(format!(
-                "a sequence of {} tokens has no room for a decode step",
-                self.tokens.len()
-            ))
-        })?;
-        let mut ids = Vec::new();
-        // The hash checks the token before it changes the history.
-        self.shared
-            .hasher
-            .hash(&mut self.history, &[token], None, &mut ids)?;
-        // Nothing below fails.
-        self.finish_step_stats();
-        self.step += 1;
-        self.step_token = step_token;
-        self.step_open = true;
-        self.steps
-            .start(&ids, self.shared.config.prefetch, &self.shared.pool);
-        self.tokens.push(token);
-        if self.shared.config.lookup_hints {
-            let config = &self.shared.config;
-            let guess =
-                lookup::predict(&self.tokens, config.lookup_max_ngram, config.lookup_tokens);
-            // The step has begun: a hint that cannot go out (the engine
-            // is going away) must not make the call report failure.
-            let _ = self.hint(&guess);
-        }
-        Ok(())
-    }
-
-    /// Blocks until the current step's rows of `table` are read and returns
-    /// them (valid until the next step). Call at the table's layer.
-    ///
-    /// A read error fails this step's waits on the table (without prefetch
-    /// the wait can be repeated and reads again); the next step reads
-    /// afresh.
-    pub fn step_wait(&mut self, table: usize) -> Result<RowsView<'_>> {
-        if self.step == 0 {
-            return Err(Error::InvalidArgument("step_wait before step_begin".into()));
-        }
-        let (rows, stall) =
-            self.steps
-                .wait(table, self.shared.config.prefetch, &self.shared.pool)?;
-        self.stats.record_wait(Phase::Decode, table, 1, stall);
-        self.step_stall += stall;
-        Ok(RowsView {
-            first_token: self.step_token,
-            rows_per_token: self.shared.columns,
-            row_bytes: self.steps.row_bytes(table),
-            f32: self.steps.decoded(table),
-            parts: [rows, &[]],
-        })
-    }
-
-    /// Reads the rows that `tokens` would have as the sequence's next token
-    /// (each a separate guess) into the row cache, at low priority: served
-    /// only when no demand read is queued, and not before the current
-    /// step's first table is read. Nothing waits on hints.
-    pub fn hint(&mut self, tokens: &[u32]) -> Result<()> {
-        self.check_open()?;
-        let tables = self.tables();
-        let cols = self.shared.columns;
-        let mut per_table: Vec<Vec<u32>> = vec![Vec::new(); tables];
-        for &token in tokens {
-            let ids = self.row_ids(&[token], None)?;
-            for (t, rows) in per_table.iter_mut().enumerate() {
-                rows.extend_from_slice(&ids[t * cols..(t + 1) * cols]);
-            }
-        }
-        for (table, rows) in per_table.into_iter().enumerate() {
-            if rows.is_empty() {
-                continue;
-            }
-            self.steps.hints.enter();
-            let task = Box::new(HintTask {
-                owner: self.steps.id,
-                flight: self.steps.hints.clone(),
-                table,
-                rows,
-                source: self.shared.source.clone(),
-                stats: self.stats.clone(),
-                pool: self.shared.pool.clone(),
-            });
-            self.steps.submit_hint(task, &self.shared.pool);
-        }
-        Ok(())
-    }
-
-    /// Drops the last `n` tokens (rejected draft tokens): later hashes see
-    /// the sequence as it was before them.
-    pub fn rollback(&mut self, n: usize) -> Result<()> {
-        if n > self.tokens.len() {
-            return Err(Error::InvalidArgument(format!(
-                "rollback of {n} tokens in a sequence of {}",
-                self.tokens.len()
-            )));
-        }
-        let keep = self.tokens.len() - n;
-        self.history.rollback(keep as u64)?;
-        self.tokens.truncate(keep);
-        Ok(())
-    }
-
-    /// The sequence's stats collector, shared: it outlives the sequence and
-    /// can be read from another thread while the sequence waits. Its
-    /// snapshots leave out the decode step in progress (see
-    /// [`Sequence::stats`]) and a running prefill's waits since its last
-    /// wait that blocked (they are recorded then, or when it is dropped).
-    pub fn stats_recorder(&self) -> Arc<StatsRecorder> {
-        self.stats.clone()
-    }
-
-    /// Everything measured on this sequence so far (closes the current
-    /// decode step's per-token total).
-    pub fn stats(&mut self) -> Stats {
-        self.finish_step_stats();
-        self.stats.snapshot()
-    }
-
-    fn finish_step_stats(&mut self) {
-        if self.step_open {
-            self.stats
-                .record_token_total(Phase::Decode, self.step_stall, 1);
-        }
-        self.step_open = false;
-        self.step_stall = Duration::ZERO;
-    }
-
-    fn check_open(&self) -> Result<()> {
-        if self.shared.pool.is_shutdown() {
-            return Err(Error::Cancelled);
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Sequence {
-    fn drop(&mut self) {
-        self.steps.cancel_and_join(&self.shared.pool);
-    }
 }
