@@ -30,6 +30,20 @@
 // through all layers before the next; rows are read chunk by chunk.
 #define ENGRAM_PREFILL_ORDER_CHUNK 1
 
+// `engram_options.readers`: ordinary time sharing (`SCHED_OTHER`), the
+// default.
+#define ENGRAM_READERS_NORMAL 0
+
+// `engram_options.readers`: `SCHED_BATCH` (Linux).
+#define ENGRAM_READERS_BATCH 1
+
+// `engram_options.readers`: nice -10 (needs `CAP_SYS_NICE`; falls back).
+#define ENGRAM_READERS_RAISED 2
+
+// `engram_options.readers`: `SCHED_FIFO` 1 (needs `CAP_SYS_NICE` or
+// `RLIMIT_RTPRIO`; falls back to raised).
+#define ENGRAM_READERS_REALTIME 3
+
 // Row format: the bytes as stored (`row_bytes` per row, e.g. 264).
 #define ENGRAM_FORMAT_RAW 0
 
@@ -191,6 +205,32 @@ typedef struct engram_options {
   // left zero as reserved) or `ENGRAM_PREFILL_ORDER_CHUNK`: how the
   // runtime's prefill goes through the tables (ENGRAM_PREFILL_ORDER).
   uint32_t prefill_order;
+  // One of the `ENGRAM_READERS_*` values: the scheduling class of every
+  // reader thread (default `ENGRAM_READERS_NORMAL`; ENGRAM_READERS).
+  uint32_t readers;
+  // Prefill read batches in flight at once, at most one per table
+  // (default 1).
+  uint32_t prefill_batches_in_flight;
+  // Bytes per table of a prefill's reuse store (default 16 MiB; 0: no
+  // whole-prompt dedup; ENGRAM_REUSE_MIB).
+  uint64_t reuse_bytes;
+  // Bounce memory of one batch call in bytes (default 16 MiB).
+  uint64_t max_batch_bytes;
+  // Longest single read after coalescing, in bytes (default 128 KiB; at
+  // least 4 KiB and at most half of `max_batch_bytes`).
+  uint64_t max_read_bytes;
+  // 1 (default): past a full ring and reuse store, advise the prompt's
+  // later rows into the page cache; 0: stop (ENGRAM_WARM). Off with
+  // direct I/O.
+  uint32_t warm_page_cache;
+  // 1 (default): tell the kernel access is random (no readahead).
+  uint32_t advise_random;
+  // Longest suffix n-gram the prompt-lookup predictor matches (default 3).
+  uint32_t lookup_max_ngram;
+  // Tokens the prompt-lookup predictor proposes per step (default 2).
+  uint32_t lookup_tokens;
+  // Hint batches queued at most; older ones are dropped (default 64).
+  uint32_t max_queued_hints;
 } engram_options;
 
 // Facts about an engine, from `engram_engine_info`.
@@ -344,12 +384,24 @@ enum engram_status engram_rows_read(struct engram_engine *engine,
 // `json` is NULL or points at a writable `char *`.
 enum engram_status engram_stats_json(struct engram_engine *engine, char **json);
 
-// Fills `*options` with the defaults (ENGRAM_PREFETCH, ENGRAM_PIPELINE and
-// ENGRAM_BATCH from the environment applied) and sets `struct_size`.
+// Fills `*options` with the library defaults and sets `struct_size`.
+// Reads no environment variable (`engram_options_apply_env` does).
 //
 // # Safety
 // `options`, if not NULL, points at a writable `engram_options`.
 enum engram_status engram_options_default(struct engram_options *options);
+
+// Applies the environment variables ENGRAM_PREFETCH, ENGRAM_PIPELINE,
+// ENGRAM_BATCH, ENGRAM_WARM, ENGRAM_READERS, ENGRAM_PREFILL_ORDER and
+// ENGRAM_REUSE_MIB that are set to `*options` (filled before, e.g. by
+// `engram_options_default`). A value that does not parse is
+// `ENGRAM_INVALID_ARGUMENT` naming the variable and the value, and leaves
+// `*options` as it was; so are options that are not valid themselves.
+//
+// # Safety
+// `options`, if not NULL, points at a readable and writable
+// `engram_options` whose `hot_path` is NULL or a NUL-terminated string.
+enum engram_status engram_options_apply_env(struct engram_options *options);
 
 // Appends `tokens[0..n]` to the sequence and starts reading their rows
 // ahead of the waits. `mask` may be NULL (every token real); otherwise

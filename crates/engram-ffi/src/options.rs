@@ -3,9 +3,10 @@
 use std::ffi::c_char;
 
 use engram::hot::HotConfig;
-use engram::io::{Backend, IoConfig};
+use engram::io::threads::ReaderSched;
+use engram::io::Backend;
 use engram::open::EngineBuilder;
-use engram::prefetch::{PrefetchConfig, PrefillOrder, RowFormat};
+use engram::prefetch::{PrefillOrder, RowFormat};
 
 use crate::ptr::write_out;
 use crate::status::{call, engram_status, FfiError, FfiResult};
@@ -26,6 +27,17 @@ pub const ENGRAM_PREFILL_ORDER_AUTO: u32 = 0;
 /// `engram_options.prefill_order`: the runtime takes each prefill chunk
 /// through all layers before the next; rows are read chunk by chunk.
 pub const ENGRAM_PREFILL_ORDER_CHUNK: u32 = 1;
+
+/// `engram_options.readers`: ordinary time sharing (`SCHED_OTHER`), the
+/// default.
+pub const ENGRAM_READERS_NORMAL: u32 = 0;
+/// `engram_options.readers`: `SCHED_BATCH` (Linux).
+pub const ENGRAM_READERS_BATCH: u32 = 1;
+/// `engram_options.readers`: nice -10 (needs `CAP_SYS_NICE`; falls back).
+pub const ENGRAM_READERS_RAISED: u32 = 2;
+/// `engram_options.readers`: `SCHED_FIFO` 1 (needs `CAP_SYS_NICE` or
+/// `RLIMIT_RTPRIO`; falls back to raised).
+pub const ENGRAM_READERS_REALTIME: u32 = 3;
 
 /// Row format: the bytes as stored (`row_bytes` per row, e.g. 264).
 pub const ENGRAM_FORMAT_RAW: u32 = 0;
@@ -127,25 +139,54 @@ pub struct engram_options {
     /// left zero as reserved) or `ENGRAM_PREFILL_ORDER_CHUNK`: how the
     /// runtime's prefill goes through the tables (ENGRAM_PREFILL_ORDER).
     pub prefill_order: u32,
+    /// One of the `ENGRAM_READERS_*` values: the scheduling class of every
+    /// reader thread (default `ENGRAM_READERS_NORMAL`; ENGRAM_READERS).
+    pub readers: u32,
+    /// Prefill read batches in flight at once, at most one per table
+    /// (default 1).
+    pub prefill_batches_in_flight: u32,
+    /// Bytes per table of a prefill's reuse store (default 16 MiB; 0: no
+    /// whole-prompt dedup; ENGRAM_REUSE_MIB).
+    pub reuse_bytes: u64,
+    /// Bounce memory of one batch call in bytes (default 16 MiB).
+    pub max_batch_bytes: u64,
+    /// Longest single read after coalescing, in bytes (default 128 KiB; at
+    /// least 4 KiB and at most half of `max_batch_bytes`).
+    pub max_read_bytes: u64,
+    /// 1 (default): past a full ring and reuse store, advise the prompt's
+    /// later rows into the page cache; 0: stop (ENGRAM_WARM). Off with
+    /// direct I/O.
+    pub warm_page_cache: u32,
+    /// 1 (default): tell the kernel access is random (no readahead).
+    pub advise_random: u32,
+    /// Longest suffix n-gram the prompt-lookup predictor matches (default 3).
+    pub lookup_max_ngram: u32,
+    /// Tokens the prompt-lookup predictor proposes per step (default 2).
+    pub lookup_tokens: u32,
+    /// Hint batches queued at most; older ones are dropped (default 64).
+    pub max_queued_hints: u32,
 }
 
 /// Sizes of earlier versions of `engram_options` that are still accepted:
-/// the struct up to `cache_bytes` (before the hot tier).
-const OLD_STRUCT_SIZES: [usize; 1] = [std::mem::offset_of!(engram_options, hot_path)];
+/// the struct up to `cache_bytes` (before the hot tier), and up to
+/// `prefill_order` (before `readers`).
+const OLD_STRUCT_SIZES: [usize; 2] = [
+    std::mem::offset_of!(engram_options, hot_path),
+    std::mem::offset_of!(engram_options, readers),
+];
 
 /// Largest `struct_size` accepted: a bound on how far past the known fields
 /// the zero check reads.
 const MAX_STRUCT_SIZE: usize = 4096;
 
 impl engram_options {
-    /// The defaults, with the ENGRAM_PREFETCH / ENGRAM_PIPELINE /
-    /// ENGRAM_BATCH environment switches applied.
-    pub(crate) fn defaults() -> engram_options {
-        let io = IoConfig::default();
-        let p = PrefetchConfig::from_env();
+    /// The options of `builder`; `hot_path` NULL (a C string cannot
+    /// borrow the builder's path: `engram_open` takes it as a field).
+    fn of(builder: &EngineBuilder) -> engram_options {
+        let (io, p) = (&builder.io, &builder.prefetch);
         engram_options {
             struct_size: std::mem::size_of::<engram_options>() as u32,
-            backend: ENGRAM_BACKEND_AUTO,
+            backend: backend_code(io.backend),
             direct_io: u32::from(io.direct),
             io_depth: io.depth as u32,
             chunk_tokens: p.chunk_tokens,
@@ -157,14 +198,30 @@ impl engram_options {
             pipeline: u32::from(p.pipeline),
             batch: u32::from(p.batch),
             lookup_hints: u32::from(p.lookup_hints),
-            format: ENGRAM_FORMAT_RAW,
+            format: format_code(p.format),
             workers: p.workers as u32,
             decode_workers: p.decode_workers as u32,
-            cache_bytes: 0,
+            cache_bytes: builder.cache_bytes,
             hot_path: std::ptr::null(),
-            hot_mlock: 0,
+            hot_mlock: u32::from(builder.hot.mlock),
             prefill_order: code_of(p.prefill_order, PREFILL_ORDERS),
+            readers: code_of(p.readers, READERS),
+            prefill_batches_in_flight: p.prefill_batches_in_flight as u32,
+            reuse_bytes: p.reuse_bytes,
+            max_batch_bytes: io.max_batch_bytes as u64,
+            max_read_bytes: io.max_read_bytes as u64,
+            warm_page_cache: u32::from(p.warm_page_cache),
+            advise_random: u32::from(io.advise_random),
+            lookup_max_ngram: p.lookup_max_ngram as u32,
+            lookup_tokens: p.lookup_tokens as u32,
+            max_queued_hints: p.max_queued_hints as u32,
         }
+    }
+
+    /// The library defaults (the core's `EngineBuilder::default`; no
+    /// environment read).
+    pub(crate) fn defaults() -> engram_options {
+        engram_options::of(&EngineBuilder::default())
     }
 
     /// Reads the caller's options: checks `struct_size`, copies the known
@@ -213,36 +270,55 @@ impl engram_options {
     /// `hot_path` is NULL or a NUL-terminated string (as `engram_open`'s
     /// caller promises, and as the defaults have it).
     pub(crate) unsafe fn builder(&self) -> FfiResult<EngineBuilder> {
-        let builder = EngineBuilder {
-            io: IoConfig {
-                backend: backend(self.backend)?,
-                depth: self.io_depth as usize,
-                direct: flag(self.direct_io, "direct_io")?,
-                ..IoConfig::default()
-            },
-            prefetch: PrefetchConfig {
-                chunk_tokens: self.chunk_tokens,
-                ring_chunks: self.ring_chunks,
-                first_chunk_tokens: self.first_chunk_tokens,
-                read_batch_tokens: self.read_batch_tokens,
-                overlap_threshold: self.overlap_threshold,
-                prefetch: flag(self.prefetch, "prefetch")?,
-                pipeline: flag(self.pipeline, "pipeline")?,
-                batch: flag(self.batch, "batch")?,
-                lookup_hints: flag(self.lookup_hints, "lookup_hints")?,
-                format: format(self.format, "options.format")?,
-                workers: self.workers as usize,
-                decode_workers: self.decode_workers as usize,
-                prefill_order: prefill_order(self.prefill_order)?,
-                ..PrefetchConfig::default()
-            },
-            cache_bytes: self.cache_bytes,
-            // SAFETY: forwarded from this function's contract.
-            hot: unsafe { self.hot() }?,
-            faults: None,
-        };
+        let mut builder = EngineBuilder::default();
+        let io = &mut builder.io;
+        io.backend = backend(self.backend)?;
+        io.depth = self.io_depth as usize;
+        io.direct = flag(self.direct_io, "direct_io")?;
+        io.advise_random = flag(self.advise_random, "advise_random")?;
+        io.max_batch_bytes = size(self.max_batch_bytes, "max_batch_bytes")?;
+        io.max_read_bytes = size(self.max_read_bytes, "max_read_bytes")?;
+        let p = &mut builder.prefetch;
+        p.chunk_tokens = self.chunk_tokens;
+        p.ring_chunks = self.ring_chunks;
+        p.first_chunk_tokens = self.first_chunk_tokens;
+        p.read_batch_tokens = self.read_batch_tokens;
+        p.overlap_threshold = self.overlap_threshold;
+        p.prefetch = flag(self.prefetch, "prefetch")?;
+        p.pipeline = flag(self.pipeline, "pipeline")?;
+        p.batch = flag(self.batch, "batch")?;
+        p.lookup_hints = flag(self.lookup_hints, "lookup_hints")?;
+        p.format = format(self.format, "options.format")?;
+        p.workers = self.workers as usize;
+        p.decode_workers = self.decode_workers as usize;
+        p.prefill_order = one_of(self.prefill_order, "options.prefill_order", PREFILL_ORDERS)?;
+        p.readers = one_of(self.readers, "options.readers", READERS)?;
+        p.prefill_batches_in_flight = self.prefill_batches_in_flight as usize;
+        p.reuse_bytes = self.reuse_bytes;
+        p.warm_page_cache = flag(self.warm_page_cache, "warm_page_cache")?;
+        p.lookup_max_ngram = self.lookup_max_ngram as usize;
+        p.lookup_tokens = self.lookup_tokens as usize;
+        p.max_queued_hints = self.max_queued_hints as usize;
+        builder.cache_bytes = self.cache_bytes;
+        // SAFETY: forwarded from this function's contract.
+        builder.hot = unsafe { self.hot() }?;
         builder.validate()?;
         Ok(builder)
+    }
+
+    /// These options with the environment variables applied (the core's
+    /// `EngineBuilder::apply_env`); `hot_path` kept as it is.
+    ///
+    /// # Safety
+    /// As [`engram_options::builder`].
+    unsafe fn with_env(&self) -> FfiResult<engram_options> {
+        // SAFETY: forwarded from this function's contract.
+        let mut builder = unsafe { self.builder() }?;
+        builder.apply_env()?;
+        Ok(engram_options {
+            hot_path: self.hot_path,
+            ..engram_options::of(&builder)
+        })
     }
 
     /// The hot-tier options.
@@ -260,8 +336,15 @@ impl engram_options {
         Ok(HotConfig {
             path,
             mlock: flag(self.hot_mlock, "hot_mlock")?,
+            ..HotConfig::default()
         })
     }
+}
+
+/// A byte count that fits this machine's `usize`.
+fn size(value: u64, field: &str) -> FfiResult<usize> {
+    usize::try_from(value)
+        .map_err(|_| FfiError::invalid(format!("options.{field} = {value} is too large")))
 }
 
 fn flag(value: u32, field: &str) -> FfiResult<bool> {
@@ -297,6 +380,30 @@ const PREFILL_ORDERS: &CEnum<PrefillOrder> = &[
         ENGRAM_PREFILL_ORDER_CHUNK,
         "ENGRAM_PREFILL_ORDER_CHUNK",
         PrefillOrder::Chunk,
+    ),
+];
+
+/// `engram_options.readers`.
+const READERS: &CEnum<ReaderSched> = &[
+    (
+        ENGRAM_READERS_NORMAL,
+        "ENGRAM_READERS_NORMAL",
+        ReaderSched::Normal,
+    ),
+    (
+        ENGRAM_READERS_BATCH,
+        "ENGRAM_READERS_BATCH",
+        ReaderSched::Batch,
+    ),
+    (
+        ENGRAM_READERS_RAISED,
+        "ENGRAM_READERS_RAISED",
+        ReaderSched::Raised,
+    ),
+    (
+        ENGRAM_READERS_REALTIME,
+        "ENGRAM_READERS_REALTIME",
+        ReaderSched::Realtime,
     ),
 ];
 
@@ -339,10 +446,6 @@ pub(crate) fn backend_code(backend: Backend) -> u32 {
     code_of(backend, BACKENDS)
 }
 
-fn prefill_order(value: u32) -> FfiResult<PrefillOrder> {
-    one_of(value, "options.prefill_order", PREFILL_ORDERS)
-}
-
 /// A row format value (`ENGRAM_FORMAT_*`), `what` naming the argument.
 pub(crate) fn format(value: u32, what: &str) -> FfiResult<RowFormat> {
     one_of(value, what, FORMATS)
@@ -353,8 +456,8 @@ pub(crate) fn format_code(format: RowFormat) -> u32 {
     code_of(format, FORMATS)
 }
 
-/// Fills `*options` with the defaults (ENGRAM_PREFETCH, ENGRAM_PIPELINE and
-/// ENGRAM_BATCH from the environment applied) and sets `struct_size`.
+/// Fills `*options` with the library defaults and sets `struct_size`.
+/// Reads no environment variable (`engram_options_apply_env` does).
 ///
 /// # Safety
 /// `options`, if not NULL, points at a writable `engram_options`.
@@ -363,5 +466,41 @@ pub unsafe extern "C" fn engram_options_default(options: *mut engram_options) ->
     call("engram_options_default", || {
         // SAFETY: forwarded from the caller's contract.
         unsafe { write_out(options, "options", engram_options::defaults()) }
+    })
+}
+
+/// Applies the environment variables ENGRAM_PREFETCH, ENGRAM_PIPELINE,
+/// ENGRAM_BATCH, ENGRAM_WARM, ENGRAM_READERS, ENGRAM_PREFILL_ORDER and
+/// ENGRAM_REUSE_MIB that are set to `*options` (filled before, e.g. by
+/// `engram_options_default`). A value that does not parse is
+/// `ENGRAM_INVALID_ARGUMENT` naming the variable and the value, and leaves
+/// `*options` as it was; so are options that are not valid themselves.
+///
+/// # Safety
+/// `options`, if not NULL, points at a readable and writable
+/// `engram_options` whose `hot_path` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn engram_options_apply_env(options: *mut engram_options) -> engram_status {
+    call("engram_options_apply_env", || {
+        // SAFETY: forwarded from the caller's contract.
+        let current = unsafe { engram_options::read(options) }?;
+        // SAFETY: `hot_path` as the caller promises.
+        let next = unsafe { current.with_env() }?;
+        // Only the caller's own bytes are written back: an older caller's
+        // struct is a prefix of this one.
+        // SAFETY: `read` checked the pointer; its first 4 bytes are
+        // struct_size.
+        let size = unsafe { options.cast::<u32>().read() } as usize;
+        let size = size.min(std::mem::size_of::<engram_options>());
+        // SAFETY: the caller's struct is writable for `size` bytes, a
+        // prefix of `next` that ends at a field boundary.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&raw const next).cast::<u8>().add(4),
+                options.cast::<u8>().add(4),
+                size - 4,
+            );
+        }
+        Ok(())
     })
 }

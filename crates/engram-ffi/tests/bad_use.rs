@@ -64,7 +64,7 @@ fn begin(seq: *mut engram_seq, tokens: &[u32]) -> *mut engram_prefill {
 fn null_pointers_are_reported() {
     let f = open();
     let mut engine = null_mut();
-    // SAFETY (this test): every pointer is NULL or valid.
+    // SAFETY: (this test) every pointer is NULL or valid.
     unsafe {
         expect(
             engram_open(null(), null(), &mut engine),
@@ -139,7 +139,7 @@ fn misaligned_out_pointers_are_reported() {
 #[test]
 fn tables_out_of_range_are_reported() {
     let f = open();
-    // SAFETY (this test): every pointer is NULL or valid.
+    // SAFETY: (this test) every pointer is NULL or valid.
     unsafe {
         let seq = new_seq(f.engine);
         let pf = begin(seq, &[10, 20, 30, 40]);
@@ -186,7 +186,7 @@ fn tables_out_of_range_are_reported() {
 #[test]
 fn ended_prefills_and_freed_handles_are_refused() {
     let f = open();
-    // SAFETY (this test): every pointer is NULL or valid; stale handles are
+    // SAFETY: (this test) every pointer is NULL or valid; stale handles are
     // looked up, not dereferenced.
     unsafe {
         let seq = new_seq(f.engine);
@@ -237,7 +237,7 @@ fn ended_prefills_and_freed_handles_are_refused() {
 #[test]
 fn tokens_outside_the_vocabulary_leave_the_sequence_unchanged() {
     let f = open();
-    // SAFETY (this test): every pointer is NULL or valid.
+    // SAFETY: (this test) every pointer is NULL or valid.
     unsafe {
         let seq = new_seq(f.engine);
         let mut pf = null_mut();
@@ -293,7 +293,7 @@ fn tokens_outside_the_vocabulary_leave_the_sequence_unchanged() {
 #[test]
 fn wrong_state_and_small_buffers_are_refused_without_consuming() {
     let f = open();
-    // SAFETY (this test): every pointer is NULL or valid.
+    // SAFETY: (this test) every pointer is NULL or valid.
     unsafe {
         let seq = new_seq(f.engine);
         let pf = begin(seq, &[3; 16]);
@@ -368,8 +368,13 @@ fn bad_options_are_reported() {
     };
     // Each a valid default with one field changed, and what the error says.
     type Change = fn(&mut engram_options);
-    let bad: [(Change, &str); 4] = [
+    let bad: [(Change, &str); 6] = [
         (|o| o.struct_size = 8, "struct_size is 8"),
+        (|o| o.readers = 7, "options.readers 7"),
+        (
+            |o| o.prefill_batches_in_flight = 0,
+            "prefill_batches_in_flight",
+        ),
         (|o| o.prefetch = 2, "options.prefetch must be 0 or 1"),
         (|o| o.backend = 9, "options.backend 9"),
         (|o| o.chunk_tokens = 0, "chunk_tokens"),
@@ -417,7 +422,7 @@ fn bad_options_are_reported() {
 #[test]
 fn strings_free_once_and_stats_cover_freed_sequences() {
     let f = open();
-    // SAFETY (this test): every pointer is NULL or valid.
+    // SAFETY: (this test) every pointer is NULL or valid.
     unsafe {
         let seq = new_seq(f.engine);
         let pf = begin(seq, &[9; 32]);
@@ -464,7 +469,7 @@ fn strings_free_once_and_stats_cover_freed_sequences() {
 #[test]
 fn closing_the_engine_cancels_open_sequences() {
     let f = open();
-    // SAFETY (this test): every pointer is NULL or valid.
+    // SAFETY: (this test) every pointer is NULL or valid.
     unsafe {
         let seq = new_seq(f.engine);
         ok(engram_close(f.engine));

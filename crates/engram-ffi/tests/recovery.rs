@@ -47,7 +47,7 @@ fn open(path: &CString, prefetch: bool) -> *mut engram_engine {
 /// `engine` while the file is whole.
 fn expected_rows(engine: *mut engram_engine) -> Vec<[Vec<u8>; 2]> {
     let mut out = Vec::new();
-    // SAFETY (this function): valid handles, buffers of the stated lengths.
+    // SAFETY: (this function) valid handles, buffers of the stated lengths.
     unsafe {
         let mut seq = null_mut();
         ok(engram_seq_new(engine, &mut seq));

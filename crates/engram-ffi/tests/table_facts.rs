@@ -18,7 +18,7 @@ fn table_facts(encoding: Encoding, format: u32) -> Vec<engram_table> {
     let layout = preset("deepseek-v4.1-flash", 65536).unwrap();
     synth::write_gguf(&path, &layout, encoding, 3, &NoProgress).unwrap();
     let path = CString::new(path.to_str().unwrap()).unwrap();
-    // SAFETY (this test): every pointer is valid; the engine is closed
+    // SAFETY: (this test) every pointer is valid; the engine is closed
     // before the directory goes.
     unsafe {
         let mut opts: engram_options = std::mem::zeroed();

@@ -41,7 +41,7 @@ fn third_party_models_give_their_writers_values_through_the_c_abi() {
         let name = &m.name;
         let expect = |rows: &[u32]| m.rows(rows, dim);
         let path = CString::new(m.path.to_str().unwrap()).unwrap();
-        // SAFETY (this test): every pointer is valid for the call, buffers
+        // SAFETY: (this test) every pointer is valid for the call, buffers
         // are as long as the lengths passed, and every handle is freed once.
         unsafe {
             let mut opts: engram_options = std::mem::zeroed();

@@ -69,7 +69,7 @@ fn expected(engine: Engine, ids: &[u32], table: usize, from: usize, to: usize) -
 fn run_sequence(engine: Engine, s: u32) {
     let n = 200 + 50 * s as usize;
     let tokens: Vec<u32> = (0..n as u32).map(|i| (i * (s + 11) + 7) % 5000).collect();
-    // SAFETY (this function): every pointer is valid for the stated length.
+    // SAFETY: (this function) every pointer is valid for the stated length.
     unsafe {
         let mut seq = null_mut();
         ok(engram_seq_new(engine.ptr(), &mut seq));

@@ -10,14 +10,14 @@ with gzip.open("assets/deepseek-v4/tokenizer.json.gz", "rt") as f:
 toks = np.asarray(tok.encode(open(sys.argv[4]).read(), add_special_tokens=False).ids[:n], dtype=np.uint32)
 chunks = [(lo, min(lo + ub, n)) for lo in range(0, n, ub)]
 def run(prefetch, sweep, **kw):
-    e = engram.open(model, prefetch=prefetch, **kw)
+    e = engram.open(model, format="f32", prefetch=prefetch, **kw)
     s = e.sequence(); out = {}
     with s.prefill(toks) as pf:
         order = [(t, c) for t in (0, 1) for c in chunks] if sweep == "layer" else [(t, c) for c in chunks for t in (0, 1)]
         for t, (lo, hi) in order:
             out[(t, lo)] = pf.wait(t, hi)
     e.close(); return out
-with engram.open(model) as e:
+with engram.open(model, format="f32") as e:
     ids = e.sequence().row_ids(toks)
     ref = {t: e.rows(t, ids[:, t, :].reshape(-1)).reshape(n, -1, 256) for t in (0, 1)}
 for sweep in ("layer", "chunk"):

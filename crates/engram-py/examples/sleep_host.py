@@ -48,7 +48,7 @@ def main() -> None:
         ids = tok.encode(f.read(), add_special_tokens=False).ids[:a.prefill]
     tokens = np.asarray(ids, dtype=np.uint32)
     evict(a.model)
-    engine = engram.open(a.model, format=a.format, **open_options(a.open))
+    engine = engram.open(a.model, env=True, format=a.format, **open_options(a.open))
     info = engine.info
     engram_layers = {layer: t for t, layer in enumerate(info.layer_ids)}
     seq = engine.sequence()

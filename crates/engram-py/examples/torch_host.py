@@ -359,7 +359,7 @@ def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:
             # The engine's threads, made at open, take the creating thread's
             # CPUs: every CPU but the forward thread's.
             os.sched_setaffinity(0, args.cpus - {args.host_cpu})
-        engine = engram.open(args.model, format=args.rows, direct=args.direct,
+        engine = engram.open(args.model, env=True, format=args.rows, direct_io=args.direct,
                              prefetch=schedule != "sync",
                              cache_bytes=args.cache_mib << 20 if schedule == "full" else 0,
                              **options)

@@ -2,9 +2,7 @@
 //! caller's output buffers become Rust values here, with the argument
 //! named in every error; nothing past this module sees a Python object.
 
-use engram::io::threads::ReaderSched;
-use engram::io::Backend;
-use engram::prefetch::{PrefillOrder, RowFormat};
+use engram::prefetch::RowFormat;
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -140,47 +138,37 @@ pub(crate) fn token(obj: &Bound<'_, PyAny>) -> PyResult<u32> {
     u32::try_from(value).map_err(|_| invalid(format!("token is {value}: not a token id (0..2^32)")))
 }
 
-/// A row format name.
+/// A row format name (`format` arguments of waits and reads), parsed as
+/// the engine option is.
 pub(crate) fn format(name: &str, what: &str) -> PyResult<RowFormat> {
-    match name {
-        "f32" | "float32" => Ok(RowFormat::F32),
-        "raw" => Ok(RowFormat::Raw),
-        other => Err(invalid(format!(
-            "{what} {other:?}: expected \"f32\" or \"raw\""
-        ))),
+    RowFormat::parse(name)
+        .ok_or_else(|| invalid(format!("{what} {name:?}: expected \"f32\" or \"raw\"")))
+}
+
+/// An engine option's value as the text the core's option table parses:
+/// a bool as 0 or 1, an int in decimal, a str or path as it is; None
+/// (leave the default) as `None`. Any other type is a TypeError naming the
+/// option.
+pub(crate) fn option_text(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if value.is_none() {
+        return Ok(None);
     }
-}
-
-/// The name of a row format.
-pub(crate) fn format_name(format: RowFormat) -> &'static str {
-    match format {
-        RowFormat::F32 => "f32",
-        RowFormat::Raw => "raw",
+    if let Ok(b) = value.cast::<pyo3::types::PyBool>() {
+        return Ok(Some(if b.is_true() { "1" } else { "0" }.into()));
     }
-}
-
-/// A prefill order name (`prefill_order`).
-pub(crate) fn prefill_order(name: &str) -> PyResult<PrefillOrder> {
-    PrefillOrder::parse(name).ok_or_else(|| {
-        invalid(format!(
-            "prefill_order {name:?}: expected \"auto\" or \"chunk\""
-        ))
-    })
-}
-
-/// A reader scheduling class name.
-pub(crate) fn readers(name: &str) -> PyResult<ReaderSched> {
-    ReaderSched::parse(name).ok_or_else(|| {
-        invalid(format!(
-            "readers {name:?}: expected \"normal\", \"batch\", \"raised\" or \"realtime\""
-        ))
-    })
-}
-
-/// A backend name.
-pub(crate) fn backend(name: &str) -> PyResult<Backend> {
-    name.parse::<Backend>()
-        .map_err(|e| invalid(format!("backend: {e}")))
+    if let Ok(i) = value.extract::<i128>() {
+        return Ok(Some(i.to_string()));
+    }
+    if let Ok(s) = value.extract::<String>() {
+        return Ok(Some(s));
+    }
+    if let Ok(p) = value.extract::<std::path::PathBuf>() {
+        return Ok(Some(p.to_string_lossy().into_owned()));
+    }
+    Err(wrong_type(format!(
+        "option {name}: expected a bool, int, str or path, got {}",
+        value.get_type().name()?
+    )))
 }
 
 /// A caller's output buffer: where the rows go, checked before any wait.
@@ -219,7 +207,7 @@ impl OutBuffer {
         if !fits {
             return Err(wrong_type(format!(
                 "out: dtype {dtype} does not hold {} rows (use {})",
-                format_name(format),
+                format.name(),
                 match format {
                     RowFormat::F32 => "float32 or uint8",
                     RowFormat::Raw => "uint8",

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use engram::hot::HotConfig;
 use engram::io::fault::FaultPlan;
-use engram::io::IoConfig;
 use engram::open::{EngineBuilder, OpenEngine};
-use engram::prefetch::{PrefetchConfig, RowFormat};
+use engram::prefetch::RowFormat;
 use numpy::{PyArray1, PyArrayMethods};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::convert;
 use crate::errors::{state, IntoPy};
@@ -89,99 +89,56 @@ impl Info {
 
 /// Opens the model at `path` (a ds4 .gguf file or a Hugging Face checkpoint
 /// directory) and starts an engine on it. Releases the GIL while opening.
-/// `prefetch`, `pipeline` and `batch` left None follow the ENGRAM_PREFETCH,
-/// ENGRAM_PIPELINE and ENGRAM_BATCH environment switches (0 off), else on;
-/// `prefill_order` ("auto" or "chunk") left None follows ENGRAM_PREFILL_ORDER,
-/// else "auto"; `readers` (the reader threads' scheduling class: "normal",
-/// "batch", "raised" or "realtime") left None follows ENGRAM_READERS, else
-/// "normal".
+/// Every keyword of `options` is an engine option of the core's one table
+/// (`engram::open::OPTIONS`, `engram.options()`), by the same name and with
+/// the same default as in Rust and C; None leaves the default. `env=True`
+/// applies the ENGRAM_* environment variables first (a value that does not
+/// parse is an error); by default none is read.
 #[pyfunction]
-#[pyo3(signature = (
-    path, *, backend = "auto", direct = false, io_depth = 64, cache_bytes = 0,
-    format = "f32", chunk_tokens = 1024, ring_chunks = 2, first_chunk_tokens = 128,
-    read_batch_tokens = 256, overlap_threshold = 1024, prefetch = None, pipeline = None,
-    batch = None, lookup_hints = false, workers = 4, decode_workers = 2,
-    reuse_bytes = None, prefill_batches_in_flight = 1, prefill_order = None, readers = None,
-    hot = None, hot_mlock = false, inject_latency_us = 0
-))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (path, *, env = false, inject_latency_us = 0, **options))]
 pub(crate) fn open(
     py: Python<'_>,
     path: std::path::PathBuf,
-    backend: &str,
-    direct: bool,
-    io_depth: usize,
-    cache_bytes: u64,
-    format: &str,
-    chunk_tokens: u32,
-    ring_chunks: u32,
-    first_chunk_tokens: u32,
-    read_batch_tokens: u32,
-    overlap_threshold: u32,
-    prefetch: Option<bool>,
-    pipeline: Option<bool>,
-    batch: Option<bool>,
-    lookup_hints: bool,
-    workers: usize,
-    decode_workers: usize,
-    reuse_bytes: Option<u64>,
-    prefill_batches_in_flight: usize,
-    prefill_order: Option<&str>,
-    readers: Option<&str>,
-    hot: Option<std::path::PathBuf>,
-    hot_mlock: bool,
+    env: bool,
     inject_latency_us: u64,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Engine> {
-    // None: the ENGRAM_PREFETCH / ENGRAM_PIPELINE / ENGRAM_BATCH switches
-    // (as the C ABI's defaults), else on.
-    let defaults = PrefetchConfig::from_env();
-    let builder = EngineBuilder {
-        io: IoConfig {
-            backend: convert::backend(backend)?,
-            depth: io_depth,
-            direct,
-            ..IoConfig::default()
-        },
-        prefetch: PrefetchConfig {
-            chunk_tokens,
-            ring_chunks,
-            first_chunk_tokens,
-            read_batch_tokens,
-            overlap_threshold,
-            prefetch: prefetch.unwrap_or(defaults.prefetch),
-            pipeline: pipeline.unwrap_or(defaults.pipeline),
-            batch: batch.unwrap_or(defaults.batch),
-            lookup_hints,
-            format: convert::format(format, "format")?,
-            workers,
-            decode_workers,
-            reuse_bytes: reuse_bytes.unwrap_or(defaults.reuse_bytes),
-            prefill_batches_in_flight,
-            prefill_order: match prefill_order {
-                Some(name) => convert::prefill_order(name)?,
-                None => defaults.prefill_order,
-            },
-            readers: match readers {
-                Some(name) => convert::readers(name)?,
-                None => defaults.readers,
-            },
-            ..defaults
-        },
-        cache_bytes,
-        hot: HotConfig {
-            path: hot,
-            mlock: hot_mlock,
-        },
-        // A test knob: every pread first sleeps this long.
-        faults: (inject_latency_us > 0).then(|| FaultPlan {
-            latency: Some(Duration::from_micros(inject_latency_us)),
-            ..FaultPlan::default()
-        }),
-    };
+    let mut builder = EngineBuilder::default();
+    if env {
+        builder.apply_env().py_err()?;
+    }
+    for (name, value) in options.into_iter().flatten() {
+        let name: String = name.extract()?;
+        if engram::open::option(&name).is_none() {
+            return Err(PyTypeError::new_err(format!(
+                "open() got an unexpected keyword argument {name:?}"
+            )));
+        }
+        if let Some(text) = convert::option_text(&name, &value)? {
+            builder.set(&name, &text).py_err()?;
+        }
+    }
+    // A test knob: every pread first sleeps this long.
+    builder.faults = (inject_latency_us > 0).then(|| FaultPlan {
+        latency: Some(Duration::from_micros(inject_latency_us)),
+        ..FaultPlan::default()
+    });
     let opened = py.detach(|| builder.open(&path)).py_err()?;
     Ok(Engine {
         inner: Closable::new(Arc::new(opened)),
     })
+}
+
+/// The engine options (`engram.options()`): a dict of each option's name
+/// to its default (as text) and what it sets, in the order the docs list
+/// them.
+#[pyfunction]
+pub(crate) fn options(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let dict = PyDict::new(py);
+    for o in engram::open::OPTIONS {
+        dict.set_item(o.name, (o.default_value(), o.doc, o.values))?;
+    }
+    Ok(dict)
 }
 
 #[pymethods]
@@ -216,7 +173,7 @@ impl Engine {
                 .iter()
                 .map(|t| t.shards.len() > 1 || t.shards[0].parts.len() > 1)
                 .collect(),
-            format: convert::format_name(config.format),
+            format: config.format.name(),
             backend: e.backend.name(),
             backend_note: e.note.clone(),
             max_wait_tokens: config.ring_tokens(),
@@ -269,6 +226,18 @@ impl Engine {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let e = self.get()?;
         to_python(py, &e.stats_json())
+    }
+
+    /// The options the engine was opened with: a dict of each option's name
+    /// (as `engram.options()` lists them) to its value as text.
+    #[getter]
+    fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let e = self.get()?;
+        let dict = PyDict::new(py);
+        for o in engram::open::OPTIONS {
+            dict.set_item(o.name, e.options().get(o.name))?;
+        }
+        Ok(dict)
     }
 
     /// A new, empty sequence on this engine.

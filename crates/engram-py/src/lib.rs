@@ -30,6 +30,7 @@ fn _engram(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sequence::Sequence>()?;
     m.add_class::<prefill::Prefill>()?;
     m.add_function(wrap_pyfunction!(engine::open, m)?)?;
+    m.add_function(wrap_pyfunction!(engine::options, m)?)?;
     m.add_function(wrap_pyfunction!(synth::synth, m)?)?;
     m.add("ROW_DIM", engram::codec::ROW_DIM)?;
     errors::register(m)

@@ -38,7 +38,7 @@ def model(models):
 
 @pytest.fixture
 def engine(model):
-    with engram.open(model, overlap_threshold=0) as e:
+    with engram.open(model, format="f32", overlap_threshold=0) as e:
         yield e
 
 

@@ -110,7 +110,7 @@ def test_wrong_state_is_refused_without_consuming(engine):
 
 
 def test_a_wait_wider_than_the_ring(model):
-    with engram.open(model, chunk_tokens=8, ring_chunks=2, overlap_threshold=0) as e:
+    with engram.open(model, format="f32", chunk_tokens=8, ring_chunks=2, overlap_threshold=0) as e:
         with e.sequence().prefill(np.arange(40)) as pf:
             with pytest.raises(engram.InvalidArgumentError, match="the ring holds 16"):
                 pf.wait(0, 17)
@@ -127,8 +127,12 @@ def test_bad_options(model):
         engram.open(model, chunk_tokens=0)
     with pytest.raises(engram.InvalidArgumentError, match="workers"):
         engram.open(model, workers=0)
-    with pytest.raises(OverflowError):
+    with pytest.raises(engram.InvalidArgumentError, match='io_depth = "-1"'):
         engram.open(model, io_depth=-1)
+    with pytest.raises(engram.InvalidArgumentError, match='prefetch = "2"'):
+        engram.open(model, prefetch=2)
+    with pytest.raises(engram.ArgumentTypeError, match="ring_chunks"):
+        engram.open(model, ring_chunks=1.5)
     with pytest.raises(TypeError):
         engram.open(model, no_such_option=1)
     with pytest.raises(engram.InvalidArgumentError, match="phase"):
@@ -153,22 +157,22 @@ def test_missing_and_malformed_models(tmp_path, model):
 def test_a_bad_hot_file_is_refused_naming_it(tmp_path, model):
     missing = tmp_path / "missing.hot"
     with pytest.raises(engram.IoError) as err:
-        engram.open(model, hot=missing)
+        engram.open(model, hot_path=missing)
     assert err.value.path == str(missing)
     garbage = tmp_path / "garbage.hot"
     garbage.write_bytes(b"not a hot-row file" * 8)
     with pytest.raises(engram.FormatError) as err:
-        engram.open(model, hot=garbage)
+        engram.open(model, hot_path=garbage)
     assert err.value.path == str(garbage)
     # The engine opens as before without it.
-    with engram.open(model) as engine:
+    with engram.open(model, format="f32") as engine:
         assert engine.info.tables == 2
 
 
 def test_a_truncated_model_file_raises_row_read_error_naming_it(tmp_path, model):
     path = tmp_path / "model.gguf"
     shutil.copy(model, path)
-    with engram.open(path, overlap_threshold=0) as e:
+    with engram.open(path, format="f32", overlap_threshold=0) as e:
         info = e.info
         last = info.table_rows[1] - 1
         # Cut the file inside table 1 after the engine opened it.
@@ -184,12 +188,12 @@ def test_a_truncated_model_file_raises_row_read_error_naming_it(tmp_path, model)
 def test_a_corrupt_row_raises_corrupt_row_error(tmp_path, model):
     path = tmp_path / "model.gguf"
     shutil.copy(model, path)
-    with engram.open(path) as e:
+    with engram.open(path, format="f32") as e:
         offset = e.info.table_offsets[0] + 264 * 5
     with open(path, "r+b") as f:
         f.seek(offset + 3)
         f.write(b"\x7f")  # an E4M3 NaN code
-    with engram.open(path, overlap_threshold=0) as e:
+    with engram.open(path, format="f32", overlap_threshold=0) as e:
         assert e.rows(0, [5], format="raw")[0, 3] == 0x7F
         with pytest.raises(engram.CorruptRowError) as err:
             e.rows(0, [4, 5])
@@ -206,7 +210,7 @@ def test_a_corrupt_row_raises_corrupt_row_error(tmp_path, model):
 
 
 def test_closing_the_engine_cancels_open_sequences(model):
-    e = engram.open(model)
+    e = engram.open(model, format="f32")
     seq = e.sequence()
     e.close()
     e.close()  # twice is fine
@@ -271,8 +275,46 @@ def test_without_numpy_the_import_fails_saying_so():
 
 
 def test_a_bad_reader_class_is_named(model):
-    with pytest.raises(engram.InvalidArgumentError, match='readers "fast"'):
+    with pytest.raises(engram.InvalidArgumentError, match='readers = "fast"'):
         engram.open(model, readers="fast")
+
+
+def test_env_applies_only_when_asked_and_a_bad_value_is_named(model, monkeypatch):
+    monkeypatch.setenv("ENGRAM_REUSE_MIB", "3")
+    monkeypatch.setenv("ENGRAM_PREFETCH", "0")
+    with engram.open(model, format="f32") as e:
+        assert (e.options["prefetch"], e.options["reuse_bytes"]) == ("1", str(16 << 20))
+    with engram.open(model, format="f32", env=True) as e:
+        assert (e.options["prefetch"], e.options["reuse_bytes"]) == ("0", str(3 << 20))
+    # A keyword overrides the environment.
+    with engram.open(model, format="f32", env=True, prefetch=True) as e:
+        assert e.options["prefetch"] == "1"
+    for var, value in (("ENGRAM_READERS", "fast"), ("ENGRAM_REUSE_MIB", "lots")):
+        monkeypatch.setenv(var, value)
+        with pytest.raises(engram.InvalidArgumentError, match=f'{var}="{value}"'):
+            engram.open(model, env=True)
+        monkeypatch.delenv(var)
+
+
+def test_every_option_has_one_default_in_the_stub():
+    """The .pyi's keywords of open() are the core's option table, with its
+    defaults."""
+    import ast
+    import pathlib
+    stub = pathlib.Path(engram.__file__).with_name("_engram.pyi").read_text()
+    fn = next(n for n in ast.parse(stub).body
+              if isinstance(n, ast.FunctionDef) and n.name == "open")
+    stubbed = {a.arg: ast.literal_eval(d)
+               for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults)}
+    stubbed.pop("env"), stubbed.pop("inject_latency_us")
+    table = engram.options()
+    assert list(stubbed) == list(table)
+    for name, (default, doc, values) in table.items():
+        want = stubbed[name]
+        text = ("1" if want else "0") if isinstance(want, bool) else \
+            ("" if want is None else str(want))
+        assert text == default, name
+        assert doc and values
 
 
 def engine_threads():
@@ -293,7 +335,7 @@ def test_readers_take_the_class_asked_for(model, monkeypatch):
     monkeypatch.delenv("ENGRAM_READERS", raising=False)
     for readers, policy in (("batch", os.SCHED_BATCH), (None, os.SCHED_OTHER)):
         before = engine_threads()
-        with engram.open(model, readers=readers, overlap_threshold=0) as e:
+        with engram.open(model, format="f32", readers=readers, overlap_threshold=0) as e:
             with e.sequence().prefill(np.arange(64)) as pf:
                 pf.wait(0, 64)
                 mine = engine_threads() - before

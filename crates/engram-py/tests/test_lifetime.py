@@ -11,7 +11,7 @@ from conftest import expected_rows
 
 
 def test_prefill_array_survives_end_and_the_next_prefill(model):
-    e = engram.open(model, chunk_tokens=16, ring_chunks=1, overlap_threshold=0)
+    e = engram.open(model, format="f32", chunk_tokens=16, ring_chunks=1, overlap_threshold=0)
     seq = e.sequence()
     first_prompt = np.arange(10, 26)
     want = expected_rows(e, 0, seq.row_ids(first_prompt)).copy()
@@ -42,7 +42,7 @@ def test_prefill_array_survives_end_and_the_next_prefill(model):
 
 
 def test_a_wait_on_an_ended_prefill_is_refused(model):
-    with engram.open(model, overlap_threshold=0) as e:
+    with engram.open(model, format="f32", overlap_threshold=0) as e:
         seq = e.sequence()
         pf = seq.prefill([1, 2, 3])
         pf.end()

@@ -17,7 +17,7 @@ def small_ring(model, **options):
     # A 32-token ring (2 chunks of 16): the waits below wrap it many times.
     return engram.open(
         model, chunk_tokens=16, ring_chunks=2, first_chunk_tokens=5,
-        read_batch_tokens=8, overlap_threshold=0, **options,
+        read_batch_tokens=8, overlap_threshold=0, **{"format": "f32", **options},
     )
 
 
@@ -50,7 +50,7 @@ def test_uneven_waits_across_ring_wraps_on_both_tables(model, fmt):
 
 
 def test_decode_steps_with_hints_match_rows(model):
-    with engram.open(model, cache_bytes=1 << 20, overlap_threshold=0) as e:
+    with engram.open(model, format="f32", cache_bytes=1 << 20, overlap_threshold=0) as e:
         assert e.info.cached
         seq = e.sequence()
         with seq.prefill(np.arange(50, 90)) as pf:

@@ -10,7 +10,7 @@ from conftest import decode_rows, expected_rows, file_rows
 
 @pytest.mark.parametrize("encoding", ["row264", "lloyd4"])
 def test_rows_match_the_file_and_an_independent_decode(models, encoding):
-    with engram.open(models[encoding], overlap_threshold=0) as e:
+    with engram.open(models[encoding], format="f32", overlap_threshold=0) as e:
         names = {"row264": "e4m3_e8m0_32_row264", "lloyd4": "lloyd4_e5m3_32_r136"}
         assert e.info.encodings == [names[encoding]] * e.info.tables
         for table in range(e.info.tables):
@@ -29,7 +29,7 @@ def test_rows_match_the_file_and_an_independent_decode(models, encoding):
 
 
 def test_hf_checkpoint_rows_equal_the_gguf_rows(models):
-    with engram.open(models["hf"]) as hf, engram.open(models["row264"]) as gguf:
+    with engram.open(models["hf"], format="f32") as hf, engram.open(models["row264"]) as gguf:
         assert hf.info.table_split == [True, True]
         for table in range(2):
             ids = list(range(0, hf.info.table_rows[table], 997))

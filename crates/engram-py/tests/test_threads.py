@@ -13,7 +13,7 @@ from conftest import expected_rows
 def test_other_threads_run_while_one_waits(model):
     # Every pread sleeps 20 ms first: an 8-token wait (about 190 rows, 8 reads
     # in flight) takes several hundred ms.
-    with engram.open(model, inject_latency_us=20_000, overlap_threshold=0, io_depth=8) as e:
+    with engram.open(model, format="f32", inject_latency_us=20_000, overlap_threshold=0, io_depth=8) as e:
         seq = e.sequence()
         done = threading.Event()
         result = {}
@@ -40,7 +40,7 @@ def test_other_threads_run_while_one_waits(model):
 
 
 def test_four_threads_with_their_own_sequences(model):
-    with engram.open(model, overlap_threshold=0, chunk_tokens=32, ring_chunks=2) as e:
+    with engram.open(model, format="f32", overlap_threshold=0, chunk_tokens=32, ring_chunks=2) as e:
         errors = []
         barrier = threading.Barrier(4, timeout=30)
 

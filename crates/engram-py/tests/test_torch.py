@@ -20,7 +20,8 @@ cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 def small_ring(model, **options):
     # A 32-token ring (2 chunks of 16): the waits below wrap it many times.
     return engram.open(model, chunk_tokens=16, ring_chunks=2, first_chunk_tokens=5,
-                       read_batch_tokens=8, overlap_threshold=0, **options)
+                       read_batch_tokens=8, overlap_threshold=0,
+                       **{"format": "f32", **options})
 
 
 def host(t):
@@ -337,7 +338,7 @@ def test_the_module_docstrings_lines_run(model, device):
     scope = {"prompt": np.arange(1000, 1300), "chunk_ends": [100, 256, 300], "t": 1,
              "token": 77, "h": torch.zeros(()), "engram_block": engram_block}
     exec(compile(code, "engram.torch docstring", "exec"), scope)
-    with engram.open(model) as ref:
+    with engram.open(model, format="f32") as ref:
         seq = ref.sequence()
         ids = seq.row_ids(np.append(scope["prompt"], 77))
         want = expected_rows(ref, 1, ids)

@@ -87,7 +87,7 @@ def test_the_hash_depends_on_the_rows(model, tokens_file):
         graphs=True, open_options={}, rows="f32", host_cpu=None)
     ns.sizes = torch_host.profile_sizes(ns)
     tokens = torch_host.load_tokens(ns)[:313]
-    with engram.open(model) as probe:
+    with engram.open(model, format="f32") as probe:
         info = probe.info
         ns.vocab = info.vocab_size
         ids = probe.sequence().row_ids(tokens)
@@ -146,7 +146,7 @@ def test_a_finished_host_frees_its_decoder(model, tokens_file):
                                                        "--rows", "raw"))
     ns.sizes = torch_host.profile_sizes(ns)
     tokens = torch_host.load_tokens(ns)[:313]
-    with engram.open(model) as probe:
+    with engram.open(model, format="f32") as probe:
         info = probe.info
         ids = probe.sequence().row_ids(tokens)
     gc.disable()

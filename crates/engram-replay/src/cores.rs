@@ -28,10 +28,12 @@ fn pin(n: usize) -> Result<Vec<usize>> {
     // SAFETY: a zeroed cpu_set_t is an empty set; the calls fill or read it.
     let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `allowed` is a writable cpu_set_t of `size` bytes.
     if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
         return Err(err("sched_getaffinity"));
     }
     let cores: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: c < CPU_SETSIZE, inside the set.
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &allowed) })
         .collect();
     if n > cores.len() {
@@ -44,6 +46,7 @@ fn pin(n: usize) -> Result<Vec<usize>> {
     // SAFETY: as above.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &c in &chosen {
+        // SAFETY: c came from 0..CPU_SETSIZE, inside the set.
         unsafe { libc::CPU_SET(c, &mut set) };
     }
     // Every thread that exists already (a tokenizer or allocator may have

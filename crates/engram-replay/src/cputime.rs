@@ -7,6 +7,7 @@ use std::time::Duration;
 pub fn process() -> Duration {
     // SAFETY: getrusage fills the struct we pass.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a writable rusage.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
         return Duration::ZERO;
     }
@@ -17,6 +18,7 @@ pub fn process() -> Duration {
 pub fn thread() -> Duration {
     // SAFETY: clock_gettime fills the struct we pass.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is a writable timespec.
     if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
         return Duration::ZERO;
     }

@@ -264,7 +264,7 @@ fn rows_are_bit_identical_with_and_without_the_hot_tier() {
         };
         let config = HotConfig {
             path: Some(out.clone()),
-            mlock: false,
+            ..HotConfig::default()
         };
         for format in [RowFormat::Raw, RowFormat::F32] {
             for with_cache in [false, true] {
@@ -309,7 +309,7 @@ fn refused(model: &Model, good: &Path, name: &str, mutate: impl Fn(&mut Vec<u8>)
     std::fs::write(&path, &bytes).unwrap();
     let config = HotConfig {
         path: Some(path.clone()),
-        mlock: false,
+        ..HotConfig::default()
     };
     let storage = storage(model);
     let err = hot::layer(model, storage.clone(), &config)

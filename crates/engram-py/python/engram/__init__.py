@@ -22,6 +22,7 @@ from ._engram import (
     Sequence,
     StateError,
     open,
+    options,
     synth,
 )
 
@@ -42,5 +43,6 @@ __all__ = [
     "Sequence",
     "StateError",
     "open",
+    "options",
     "synth",
 ]

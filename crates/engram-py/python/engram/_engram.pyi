@@ -109,51 +109,57 @@ class Info:
 def open(
     path: Union[str, os.PathLike[str]],
     *,
-    backend: Backend = "auto",
-    direct: bool = False,
-    io_depth: int = 64,
-    cache_bytes: int = 0,
-    format: Format = "f32",
-    chunk_tokens: int = 1024,
-    ring_chunks: int = 2,
-    first_chunk_tokens: int = 128,
-    read_batch_tokens: int = 256,
-    overlap_threshold: int = 1024,
-    prefetch: Optional[bool] = None,
-    pipeline: Optional[bool] = None,
-    batch: Optional[bool] = None,
-    lookup_hints: bool = False,
-    workers: int = 4,
-    decode_workers: int = 2,
-    reuse_bytes: Optional[int] = None,
-    prefill_batches_in_flight: int = 1,
-    prefill_order: Optional[Literal["auto", "chunk"]] = None,
-    readers: Optional[Literal["normal", "batch", "raised", "realtime"]] = None,
-    hot: Optional[Union[str, os.PathLike[str]]] = None,
-    hot_mlock: bool = False,
+    env: bool = False,
     inject_latency_us: int = 0,
+    backend: Optional[Backend] = "auto",
+    io_depth: Optional[int] = 64,
+    direct_io: Optional[bool] = False,
+    advise_random: Optional[bool] = True,
+    max_batch_bytes: Optional[int] = 16777216,
+    max_read_bytes: Optional[int] = 131072,
+    format: Optional[Format] = "raw",
+    chunk_tokens: Optional[int] = 1024,
+    ring_chunks: Optional[int] = 2,
+    first_chunk_tokens: Optional[int] = 128,
+    read_batch_tokens: Optional[int] = 256,
+    prefill_batches_in_flight: Optional[int] = 1,
+    prefill_order: Optional[Literal["auto", "chunk"]] = "auto",
+    reuse_bytes: Optional[int] = 16777216,
+    warm_page_cache: Optional[bool] = True,
+    overlap_threshold: Optional[int] = 1024,
+    prefetch: Optional[bool] = True,
+    pipeline: Optional[bool] = True,
+    batch: Optional[bool] = True,
+    workers: Optional[int] = 4,
+    decode_workers: Optional[int] = 2,
+    readers: Optional[Literal["normal", "batch", "raised", "realtime"]] = "normal",
+    lookup_hints: Optional[bool] = False,
+    lookup_max_ngram: Optional[int] = 3,
+    lookup_tokens: Optional[int] = 2,
+    max_queued_hints: Optional[int] = 64,
+    cache_bytes: Optional[int] = 0,
+    hot_path: Optional[Union[str, os.PathLike[str]]] = None,
+    hot_mlock: Optional[bool] = False,
 ) -> Engine:
     """Opens a model (ds4 .gguf or Hugging Face checkpoint directory) and starts an engine.
 
-    hot names a hot-row file (`engram profile`) served from memory in front
-    of the row cache and storage; hot_mlock locks it in RAM.
+    Every keyword after inject_latency_us is an engine option of the core's
+    one table (engram.options() lists each with its default and meaning;
+    docs/tuning.md says when to change it): the same name and default as
+    the Rust EngineBuilder::set and the C engram_options field. None leaves
+    the default. A value that does not parse is an InvalidArgumentError
+    naming the option and the value; an unknown keyword a TypeError.
 
-    prefetch, pipeline and batch left None follow the ENGRAM_PREFETCH,
-    ENGRAM_PIPELINE and ENGRAM_BATCH environment switches (0 off), else on.
+    env=True applies the ENGRAM_* environment variables first (a value that
+    does not parse is an InvalidArgumentError naming the variable); the
+    keywords then override them. By default no variable is read.
 
-    prefill_order says how the runtime's prefill goes through the tables:
-    "chunk" when it takes each chunk through all layers before the next
-    (rows are then read chunk by chunk, table by table); "auto" learns it
-    from the waits (right for a layer sweep). None follows
-    ENGRAM_PREFILL_ORDER, else "auto".
-
-    readers is the reader threads' scheduling class: "normal" (the OS
-    default), "batch" (Linux SCHED_BATCH: a woken reader never preempts
-    the thread that woke it, but waits out other processes' time slices),
-    "raised" (nice -10; needs CAP_SYS_NICE) or "realtime" (SCHED_FIFO 1;
-    needs CAP_SYS_NICE, else raised). None follows ENGRAM_READERS, else
-    "normal" (docs/bench.md, "The readers' class under other processes' load").
+    inject_latency_us is a test knob: every read first sleeps this long.
     """
+
+def options() -> dict[str, tuple[str, str, str]]:
+    """Every engine option: name -> (default as text, what it sets, what a
+    value looks like), in the order docs/tuning.md lists them."""
 
 def synth(
     out: Union[str, os.PathLike[str]],
@@ -187,6 +193,10 @@ class Engine(_Closing):
     """An open model and its prefetch engine; usable from any number of threads."""
     @property
     def info(self) -> Info: ...
+    @property
+    def options(self) -> dict[str, str]:
+        """The options it was opened with: name -> value as text (the names
+        of engram.options())."""
     def rows(
         self, table: int, ids: TokensLike, format: Optional[Format] = None
     ) -> npt.NDArray[Any]:

@@ -1,13 +1,11 @@
 //! `sync`, `overlap` and `full`: this project's engine under three
 //! configurations.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engram::cache::{CachedSource, RowCache};
-use engram::hot::HotSource;
-use engram::io::{open_source, IoConfig, RowSource};
-use engram::prefetch::{Engine, PrefetchConfig, Prefill, RowFormat, RowsView, Sequence};
+use engram::hot::HotConfig;
+use engram::open::{EngineBuilder, OpenEngine};
+use engram::prefetch::{Prefill, RowFormat, RowsView, Sequence};
 use engram::stats::{PhaseStats, Stats};
 use engram::Result;
 
@@ -20,7 +18,7 @@ pub struct EngineSchedule {
     // Declared before the engine: a sequence is dropped (its readers
     // cancelled and joined) before the engine's pool shuts down.
     sequence: Sequence,
-    _engine: Engine,
+    _engine: OpenEngine,
     kind: ScheduleKind,
     f32_rows: bool,
 }
@@ -28,47 +26,33 @@ pub struct EngineSchedule {
 impl EngineSchedule {
     /// A fresh engine and sequence for `kind` (not `Ds4`).
     pub fn new(kind: ScheduleKind, setup: &ScheduleSetup<'_>) -> Result<EngineSchedule> {
-        // The documented switches (ENGRAM_WARM, ENGRAM_READERS, ...)
-        // apply to the bench too, so settings can be compared A/B.
-        let mut config = PrefetchConfig {
-            format: if setup.f32_rows {
-                RowFormat::F32
-            } else {
-                RowFormat::Raw
-            },
-            ..PrefetchConfig::from_env()
+        // Opened as an embedder opens one. The documented switches
+        // (ENGRAM_WARM, ENGRAM_READERS, ...) apply to the bench too, so
+        // settings can be compared A/B; a bad value is an error.
+        let mut builder = EngineBuilder::from_env()?;
+        builder.io = setup.io.clone();
+        let config = &mut builder.prefetch;
+        config.format = if setup.f32_rows {
+            RowFormat::F32
+        } else {
+            RowFormat::Raw
         };
         if std::env::var_os("ENGRAM_PREFILL_ORDER").is_none() {
             config.prefill_order = setup.prefill_order; // the env var wins, for A/B runs
         }
-        let io = IoConfig {
-            readers: config.readers,
-            ..setup.io.clone()
-        };
-        // Direct I/O keeps no page cache to warm.
-        config.warm_page_cache &= !io.direct;
-        let opened = open_source(&setup.model.tables, &io)?;
-        let source: Arc<dyn RowSource> = match kind {
+        match kind {
             ScheduleKind::Full => {
                 config.lookup_hints = setup.lookup_hints;
-                let row_bytes = setup.model.tables[0].encoding.row_bytes();
-                let cache = Arc::new(RowCache::new(setup.cache_bytes, row_bytes));
-                Arc::new(CachedSource::new(opened.source, cache))
+                builder.cache_bytes = setup.cache_bytes;
             }
-            ScheduleKind::Sync => {
-                config.prefetch = false;
-                opened.source
-            }
-            _ => opened.source,
-        };
+            ScheduleKind::Sync => config.prefetch = false,
+            _ => {}
+        }
         // In front of the row cache: hot rows never spend its budget.
-        let source: Arc<dyn RowSource> = match &setup.hot {
-            Some(hot) => Arc::new(HotSource::new(source, hot.clone())?),
-            None => source,
-        };
-        let engine = Engine::for_model(setup.model, source, config)?;
+        builder.hot = HotConfig::loaded(setup.hot.clone());
+        let engine = builder.build(setup.model.clone())?;
         Ok(EngineSchedule {
-            sequence: engine.sequence(),
+            sequence: engine.engine.sequence(),
             _engine: engine,
             kind,
             f32_rows: setup.f32_rows,

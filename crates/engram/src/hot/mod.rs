@@ -29,14 +29,29 @@ use crate::io::RowSource;
 use crate::model::Model;
 use crate::{Error, Result};
 
-/// Hot-tier options of an engine.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Hot-tier options of an engine: a hot-row file to load, or a hot set
+/// already loaded (shared by several engines on one model, as the bench's
+/// schedules share one).
+#[derive(Debug, Clone, Default)]
 pub struct HotConfig {
-    /// The hot-row file; `None`: no hot tier.
+    /// The hot-row file; `None`: no hot tier (unless `set` is given).
     pub path: Option<PathBuf>,
     /// Lock the loaded rows in RAM (`mlock`) so they are never paged out;
     /// fails with a clear error when `RLIMIT_MEMLOCK` is too low.
     pub mlock: bool,
+    /// A hot set already loaded (for this model): used as it is, and
+    /// `path` and `mlock` are not read.
+    pub set: Option<Arc<HotSet>>,
+}
+
+impl HotConfig {
+    /// The hot tier of an already loaded set (`None`: no hot tier).
+    pub fn loaded(set: Option<Arc<HotSet>>) -> HotConfig {
+        HotConfig {
+            set,
+            ..HotConfig::default()
+        }
+    }
 }
 
 /// Where a table's hot row bytes live: built in memory, or in the mapped
@@ -340,14 +355,16 @@ impl HotSet {
 pub type Layered = (Arc<dyn RowSource>, Option<Arc<HotSet>>);
 
 /// Puts the hot tier of `config` in front of `source` (a model's storage,
-/// or its row cache): loads and checks the file, verifies sampled rows
+/// or its row cache): loads and checks the file (or takes the loaded set),
+/// verifies sampled rows
 /// against `source`, and returns the decorated source with the set. With
 /// no path, returns `source` unchanged.
 pub fn layer(model: &Model, source: Arc<dyn RowSource>, config: &HotConfig) -> Result<Layered> {
-    let Some(path) = &config.path else {
-        return Ok((source, None));
+    let hot = match (&config.set, &config.path) {
+        (Some(set), _) => set.clone(),
+        (None, Some(path)) => Arc::new(HotSet::load(path, model, config.mlock)?),
+        (None, None) => return Ok((source, None)),
     };
-    let hot = Arc::new(HotSet::load(path, model, config.mlock)?);
     Ok((Arc::new(HotSource::new(source, hot.clone())?), Some(hot)))
 }
 

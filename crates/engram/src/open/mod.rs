@@ -8,6 +8,7 @@
 //! questions every embedder asks (bytes of a delivered row, synchronous row
 //! reads in either format, the engine's stats document).
 
+mod options;
 mod registry;
 mod slot;
 
@@ -24,11 +25,14 @@ use crate::model::Model;
 use crate::prefetch::{Engine, PrefetchConfig, RowFormat};
 use crate::{Error, Result};
 
+pub use options::{option, EngineOption, ENV_VARS, OPTIONS};
 pub use registry::{SeqRegistry, SeqsReport};
 pub use slot::PrefillSlot;
 
 /// The options of an engine: how rows are read, how they are scheduled and
-/// the row cache budget.
+/// the row cache budget. Every option also has a name in [`OPTIONS`], the
+/// one the C and Python bindings use ([`EngineBuilder::set`]). The
+/// defaults read no environment; [`EngineBuilder::apply_env`] applies it.
 #[derive(Debug, Clone, Default)]
 pub struct EngineBuilder {
     /// How the row source reads. Its `readers` is not used: the source's
@@ -48,17 +52,6 @@ pub struct EngineBuilder {
 }
 
 impl EngineBuilder {
-    /// The defaults, with the ENGRAM_PREFETCH / ENGRAM_PIPELINE /
-    /// ENGRAM_BATCH / ENGRAM_WARM / ENGRAM_READERS environment switches
-    /// applied to the scheduler options (ENGRAM_READERS to the source's
-    /// threads as well, as every `prefetch.readers` is).
-    pub fn from_env() -> EngineBuilder {
-        EngineBuilder {
-            prefetch: PrefetchConfig::from_env(),
-            ..EngineBuilder::default()
-        }
-    }
-
     /// Checks every option (before anything is opened).
     pub fn validate(&self) -> Result<()> {
         self.io.validate()?;
@@ -116,6 +109,10 @@ impl EngineBuilder {
             cache,
             hot,
             seqs: Arc::default(),
+            options: EngineBuilder {
+                faults: None,
+                ..self.clone()
+            },
         })
     }
 }
@@ -136,6 +133,8 @@ pub struct OpenEngine {
     pub hot: Option<Arc<HotSet>>,
     /// Stats of the engine's sequences, open and closed.
     pub seqs: Arc<SeqRegistry>,
+    /// The options it was opened with (fault injection left out).
+    options: EngineBuilder,
 }
 
 impl std::fmt::Debug for OpenEngine {
@@ -173,6 +172,13 @@ struct Report<'a> {
 }
 
 impl OpenEngine {
+    /// The options the engine was opened with (as asked: direct I/O turns
+    /// the page-cache warm-up off whatever `warm_page_cache` says); each
+    /// by name through [`EngineBuilder::get`].
+    pub fn options(&self) -> &EngineBuilder {
+        &self.options
+    }
+
     /// Number of tables.
     pub fn tables(&self) -> usize {
         self.model.tables.len()

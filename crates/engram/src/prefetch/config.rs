@@ -1,4 +1,5 @@
-//! Scheduler options, with the environment switches the peers use.
+//! Scheduler options (set by name, and from the environment, through
+//! `crate::open::EngineBuilder`).
 
 use crate::io::threads::ReaderSched;
 use crate::{Error, Result};
@@ -38,6 +39,14 @@ impl PrefillOrder {
             _ => None,
         }
     }
+
+    /// The name [`PrefillOrder::parse`] reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            PrefillOrder::Auto => "auto",
+            PrefillOrder::Chunk => "chunk",
+        }
+    }
 }
 
 /// How rows are handed to the consumer.
@@ -51,6 +60,25 @@ pub enum RowFormat {
     /// reader threads, so the consumer gets values ready to use. Needs the
     /// tables' encodings ([`super::Engine::for_model`]).
     F32,
+}
+
+impl RowFormat {
+    /// `raw` or `f32` (also `float32`); `None` for anything else.
+    pub fn parse(name: &str) -> Option<RowFormat> {
+        match name.trim() {
+            "raw" => Some(RowFormat::Raw),
+            "f32" | "float32" => Some(RowFormat::F32),
+            _ => None,
+        }
+    }
+
+    /// The name [`RowFormat::parse`] reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            RowFormat::Raw => "raw",
+            RowFormat::F32 => "f32",
+        }
+    }
 }
 
 /// Options of a prefetch [`super::Engine`].
@@ -166,49 +194,6 @@ impl Default for PrefetchConfig {
 }
 
 impl PrefetchConfig {
-    /// The defaults with the environment switches applied.
-    pub fn from_env() -> PrefetchConfig {
-        let mut config = PrefetchConfig::default();
-        config.apply_env_from(|name| std::env::var(name).ok());
-        config
-    }
-
-    /// Applies ENGRAM_PREFETCH, ENGRAM_PIPELINE, ENGRAM_BATCH,
-    /// and ENGRAM_WARM as looked up by `var`: a value of `0` turns the
-    /// feature off, `1` on; unset or anything else leaves it as it is. And
-    /// ENGRAM_READERS: a [`ReaderSched`] name sets [`PrefetchConfig::readers`];
-    /// unset or anything else leaves it. ENGRAM_PREFILL_ORDER: a
-    /// [`PrefillOrder`] name sets [`PrefetchConfig::prefill_order`]. And
-    /// ENGRAM_REUSE_MIB: a whole
-    /// number of MiB sets [`PrefetchConfig::reuse_bytes`] (the trade
-    /// between a long prompt's stall and its memory, for A/B runs).
-    pub fn apply_env_from(&mut self, var: impl Fn(&str) -> Option<String>) {
-        let switch = |name: &str, field: &mut bool| match var(name).as_deref().map(str::trim) {
-            Some("0") => *field = false,
-            Some("1") => *field = true,
-            _ => {}
-        };
-        switch("ENGRAM_PREFETCH", &mut self.prefetch);
-        switch("ENGRAM_PIPELINE", &mut self.pipeline);
-        switch("ENGRAM_BATCH", &mut self.batch);
-        switch("ENGRAM_WARM", &mut self.warm_page_cache);
-        if let Some(class) = var("ENGRAM_READERS")
-            .as_deref()
-            .and_then(ReaderSched::parse)
-        {
-            self.readers = class;
-        }
-        if let Some(order) = var("ENGRAM_PREFILL_ORDER")
-            .as_deref()
-            .and_then(PrefillOrder::parse)
-        {
-            self.prefill_order = order;
-        }
-        if let Some(mib) = var("ENGRAM_REUSE_MIB").and_then(|v| v.trim().parse::<u64>().ok()) {
-            self.reuse_bytes = mib << 20;
-        }
-    }
-
     /// Checks the values are usable.
     pub fn validate(&self) -> Result<()> {
         let bad = |what: String| Err(Error::InvalidArgument(what));
@@ -245,30 +230,5 @@ impl PrefetchConfig {
     /// Ring capacity per table in tokens.
     pub fn ring_tokens(&self) -> u32 {
         self.chunk_tokens.saturating_mul(self.ring_chunks)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn env_switches_mirror_the_peers() {
-        let mut c = PrefetchConfig::default();
-        c.apply_env_from(|n| (n != "ENGRAM_PIPELINE").then(|| "0".to_string()));
-        assert!(!c.prefetch && c.pipeline && !c.batch);
-        c.apply_env_from(|n| (n == "ENGRAM_BATCH").then(|| "1".to_string()));
-        assert!(c.batch);
-        assert!(c.validate().is_ok());
-        c.apply_env_from(|n| (n == "ENGRAM_READERS").then(|| " normal ".to_string()));
-        assert_eq!(c.readers, ReaderSched::Normal);
-        c.apply_env_from(|n| (n == "ENGRAM_READERS").then(|| "fast".to_string()));
-        c.apply_env_from(|n| (n == "ENGRAM_REUSE_MIB").then(|| " 64 ".to_string()));
-        assert_eq!(c.reuse_bytes, 64 << 20);
-        c.apply_env_from(|n| (n == "ENGRAM_REUSE_MIB").then(|| "lots".to_string()));
-        assert_eq!(c.reuse_bytes, 64 << 20);
-        assert_eq!(c.readers, ReaderSched::Normal);
-        c.ring_chunks = 0;
-        assert!(c.validate().is_err());
     }
 }

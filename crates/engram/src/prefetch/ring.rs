@@ -26,6 +26,8 @@ pub(crate) struct RingBuf {
 // methods below, whose callers guarantee that concurrent accesses touch
 // disjoint ranges and are ordered by the Ready protocol.
 unsafe impl Sync for RingBuf {}
+// SAFETY: the buffer is an owned allocation of plain bytes with no thread
+// affinity; moving it to another thread moves its sole owner.
 unsafe impl Send for RingBuf {}
 
 impl RingBuf {

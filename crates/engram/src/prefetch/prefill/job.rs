@@ -204,10 +204,12 @@ impl TableJob {
             let rows = self.row_ids(t, seg_end);
             let tb = self.token_bytes();
             let (at, len) = (slot as usize * tb, (seg_end - t) as usize * tb);
-            // SAFETY: per the caller's guarantee the slots of t..seg_end
-            // are neither viewed by the consumer nor written by anyone else.
             let mut slots = match self.decode {
+                // SAFETY: per the caller's guarantee the slots of
+                // t..seg_end are neither viewed by the consumer nor written
+                // by anyone else.
                 Some(enc) => Slots::F32(enc, unsafe { self.ring.slice_mut_f32(at, len / 4) }),
+                // SAFETY: as above.
                 None => Slots::Raw(unsafe { self.ring.slice_mut(at, len) }),
             };
             let mut scratch = lock(&self.raw_scratch);
