@@ -3,6 +3,7 @@
 
 use super::layers::{Rng, Stream};
 use super::*;
+use engram::codec::ROW_DIM;
 
 /// How a test drives the prefill.
 #[derive(Clone, Copy, Debug)]
