@@ -81,3 +81,93 @@ fn profile_writes_a_hot_file_that_bench_serves() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("prompt.txt: magic"), "{}", stderr(&o));
 }
+
+/// `engram synth` of Qwen3.8-Flash-Next (bf16 GGUF) at `scale` into `dir/q`.
+fn synth_qwen(dir: &Path, scale: u64) -> String {
+    let out = dir.join("q");
+    let scale = scale.to_string();
+    let o = engram(&[
+        "synth",
+        "--preset",
+        "qwen3.8-flash-next",
+        "--scale",
+        &scale,
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "synth: {}", stderr(&o));
+    out.join("model.gguf").to_string_lossy().into_owned()
+}
+
+#[test]
+fn profile_on_a_qwen_model_writes_a_hot_file_and_measures_held_out_text_on_the_released_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth_qwen(dir.path(), 65536);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands");
+    let train = src.join("bench.rs").to_string_lossy().into_owned();
+    let test = src.join("profile.rs").to_string_lossy().into_owned();
+    let hot = dir.path().join("q.hot").to_string_lossy().into_owned();
+    let base = ["profile", "--model", &model, "--corpus", &train, "--json"];
+    let o = engram(
+        &[
+            &base[..],
+            &["--budget-mib", "1", "--out", &hot, "--held-out", &test],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["layout"], "model");
+    let t = &doc["tables"][0];
+    // 320-byte bf16 rows and their 4-byte ids.
+    assert!(t["hot_rows"].as_u64().unwrap() <= (1 << 20) / 324, "{t}");
+    assert!(std::fs::metadata(&hot).unwrap().len() > 0);
+    let held = &t["held_out"];
+    assert_eq!(held["files"], 1);
+    let share = held["decode_hot_share"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&share), "{held}");
+    // The released layout: ids of the 320M-row table, no file written.
+    let o = engram(
+        &[
+            &base[..],
+            &[
+                "--budget-mib",
+                "1",
+                "--layout-preset",
+                "qwen3.8-flash-next",
+                "--held-out",
+                &test,
+            ],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(doc["out"].is_null());
+    assert_eq!(doc["layout"], "qwen3.8-flash-next (unscaled)");
+    let t = &doc["tables"][0];
+    assert!(t["distinct_rows_seen"].as_u64().unwrap() > 0);
+    let held = &t["held_out"];
+    assert!(held["prefill_rows"].as_u64().unwrap() > 0, "{held}");
+    assert!(held["prefill_hot_share"].as_f64().unwrap() <= 1.0, "{held}");
+    // A preset of the other family is refused by name.
+    let o = engram(
+        &[
+            &base[..],
+            &[
+                "--budget-mib",
+                "1",
+                "--layout-preset",
+                "deepseek-v4.1-flash",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--layout-preset deepseek-v4.1-flash"),
+        "{}",
+        stderr(&o)
+    );
+}

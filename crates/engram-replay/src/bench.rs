@@ -220,6 +220,7 @@ fn run_one(
         lookup_hints: config.hints == HintMode::Lookup,
         hot: hot.cloned(),
         prefill_order: config.sweep.prefill_order(),
+        ubatch: config.ubatch,
     };
     if config.cold {
         evict_tables(model)?;
@@ -255,16 +256,23 @@ fn unique_rows(model: &Model, prompt: &[u32]) -> Result<UniqueRows> {
     let mut history = hasher.new_history();
     let mut ids = Vec::new();
     hasher.hash(&mut history, prompt, None, &mut ids)?;
-    // A row is keyed by the page its first part starts in, tagged with the
-    // shard (shards may live in different files): rows stored in several
-    // parts (values and scales, MLX codes, scales and biases) count as one
-    // read here, so the floor is a lower bound for them.
-    let page = |table: usize, row: u32| {
-        model.tables.get(table).map_or(u64::from(row), |t| {
-            let shard = t.shards.partition_point(|s| s.first_row <= u64::from(row)) as u64;
-            let offset = t.spans(u64::from(row)).first().map_or(0, |s| s.offset);
-            (shard << 48) | (offset / engram::io::PAGE)
-        })
+    // A read is keyed by the 4 KiB page a part of a row starts in, tagged
+    // with the part's file: a row stored in several parts (values and
+    // scales, MLX codes, scales and biases) counts one read per part, as a
+    // reader of those arrays issues them.
+    let files: Vec<Vec<&Path>> = model.tables.iter().map(|t| t.files()).collect();
+    let page = |table: usize, row: u32| -> Vec<u64> {
+        match model.tables.get(table) {
+            None => vec![u64::from(row)],
+            Some(t) => t
+                .spans(u64::from(row))
+                .iter()
+                .map(|s| {
+                    let file = files[table].iter().position(|f| *f == s.file).unwrap_or(0);
+                    ((file as u64) << 48) | (s.offset / engram::io::PAGE)
+                })
+                .collect(),
+        }
     };
     Ok(UniqueRows::of_reads(
         &ids,

@@ -40,16 +40,17 @@ impl UniqueRows {
     /// From the row ids of a prompt, `[token][table][column]`, one read per
     /// unique row.
     pub fn of(ids: &[u32], tables: usize, columns: usize) -> UniqueRows {
-        UniqueRows::of_reads(ids, tables, columns, |_, row| u64::from(row))
+        UniqueRows::of_reads(ids, tables, columns, |_, row| [u64::from(row)])
     }
 
-    /// As [`UniqueRows::of`], rows of one table with the same `read(table,
-    /// row)` key (the 4 KiB page their bytes start in) counted as one read.
-    pub fn of_reads(
+    /// As [`UniqueRows::of`], a row of a table taking one read per key of
+    /// `reads(table, row)` (the 4 KiB pages its parts start in), a key seen
+    /// before in the table counted once.
+    pub fn of_reads<K: IntoIterator<Item = u64>>(
         ids: &[u32],
         tables: usize,
         columns: usize,
-        read: impl Fn(usize, u32) -> u64,
+        reads: impl Fn(usize, u32) -> K,
     ) -> UniqueRows {
         let per_token = tables * columns;
         let tokens = ids.len().checked_div(per_token).unwrap_or(0);
@@ -59,7 +60,11 @@ impl UniqueRows {
             counts.push(0);
             for token in ids.chunks_exact(per_token) {
                 let row = &token[t * columns..(t + 1) * columns];
-                let new = row.iter().filter(|&&id| seen.insert(read(t, id))).count() as u64;
+                let new = row
+                    .iter()
+                    .flat_map(|&id| reads(t, id))
+                    .filter(|&key| seen.insert(key))
+                    .count() as u64;
                 counts.push(counts.last().copied().unwrap_or(0) + new);
             }
         }
@@ -176,7 +181,7 @@ mod tests {
         // One table, one column: rows 0..17 of 264 bytes; rows 0..=15 start
         // in page 0 (row 15 at byte 3,960), row 16 in page 1.
         let ids: Vec<u32> = (0..17).collect();
-        let u = UniqueRows::of_reads(&ids, 1, 1, |_, row| u64::from(row) * 264 / 4096);
+        let u = UniqueRows::of_reads(&ids, 1, 1, |_, row| [u64::from(row) * 264 / 4096]);
         assert_eq!(u.upto(0, 16), 1);
         assert_eq!(u.upto(0, 17), 2);
         assert_eq!(UniqueRows::of(&ids, 1, 1).upto(0, 17), 17);

@@ -45,6 +45,7 @@ fn setup(model: &Model) -> ScheduleSetup<'_> {
         lookup_hints: false,
         hot: None,
         prefill_order: Default::default(),
+        ubatch: UBATCH as usize,
     }
 }
 

@@ -21,7 +21,10 @@ pub struct Args {
     /// Model: a ds4 `.gguf` file or a Hugging Face checkpoint directory.
     #[arg(long)]
     pub model: PathBuf,
-    /// Text file whose tokens (vendored DeepSeek V4 tokenizer) are replayed.
+    /// Text file whose tokens are replayed. Tokenized with the vendored
+    /// DeepSeek V4 tokenizer for both families: for a Qwen4-Exp model it is
+    /// a stand-in (the Qwen tokenizer is not vendored) whose ids, all below
+    /// 129,280, are hashed as they are (Qwen's vocabulary has 248,320).
     #[arg(long, required_unless_present = "corpus", conflicts_with = "corpus")]
     pub prompt: Option<PathBuf>,
     /// Directory of prompt files (scripts/corpus.py builds one): every file
@@ -50,14 +53,19 @@ pub struct Args {
     /// Decode steps: the K tokens that follow the prompt, one at a time.
     #[arg(long, default_value_t = 1000)]
     pub decode: usize,
-    /// Compute model: gpu:m4-max-ds4, gpu:custom:PREFILL_US,DECODE_US[,LAYERS],
-    /// cpu or cpu:layers=L,dim=D,heads=H,ffn=F,conv=C,seed=S.
-    #[arg(long, default_value = "gpu:m4-max-ds4")]
-    pub compute: String,
-    /// Schedules to run, in order: sync, ds4 (the peer on macOS), ds4-linux
-    /// (the peer on Linux), overlap, full. Default: all five for a DeepSeek
-    /// model; sync,overlap,full for a Qwen4-Exp one (the ds4 schedules
-    /// replay the DeepSeek peer's two-table reader).
+    /// Compute model: gpu:m4-max-ds4, gpu:m4-max-qwen38, gpu:m1-max-qwen38,
+    /// gpu:custom:PREFILL_US,DECODE_US[,LAYERS], cpu or
+    /// cpu:layers=L,dim=D,heads=H,ffn=F,conv=C,seed=S. Default:
+    /// gpu:m4-max-ds4 for a DeepSeek model, gpu:m4-max-qwen38 for a
+    /// Qwen4-Exp one.
+    #[arg(long)]
+    pub compute: Option<String>,
+    /// Schedules to run, in order. The engine's sync, overlap and full run
+    /// on every model; the peers on their family's models only. DeepSeek:
+    /// ds4 (the peer on macOS), ds4-linux (on Linux). Qwen4-Exp:
+    /// llama-lazy, llama-readahead, omlx, ds4-qwen, ds4-qwen-chunked,
+    /// freetoken (Linux only). Default: sync, the model family's peers,
+    /// overlap, full.
     #[arg(long)]
     pub schedule: Option<String>,
     /// Prefill order: layer (every chunk through a layer before the next
@@ -127,22 +135,25 @@ impl DeviceArgs {
 impl Args {
     fn config(&self, family: Family) -> Result<BenchConfig> {
         let backend: Backend = self.backend.parse()?;
-        let schedule = self.schedule.as_deref().unwrap_or(match family {
-            Family::DeepSeekEngram => "sync,ds4,ds4-linux,overlap,full",
-            Family::Qwen4ExpPle => "sync,overlap,full",
+        let schedules = match self.schedule.as_deref() {
+            Some(list) => ScheduleKind::parse_list(list)?,
+            None => ScheduleKind::defaults(family),
+        };
+        let compute = self.compute.as_deref().unwrap_or(match family {
+            Family::DeepSeekEngram => "gpu:m4-max-ds4",
+            Family::Qwen4ExpPle => "gpu:m4-max-qwen38",
         });
+        let mut io = IoConfig::default();
+        io.backend = backend;
+        io.direct = self.direct;
         Ok(BenchConfig {
-            compute: ComputeSpec::parse(&self.compute)?,
+            compute: ComputeSpec::parse(compute)?,
             sweep: Sweep::parse(&self.sweep)?,
             ubatch: self.ubatch,
-            schedules: ScheduleKind::parse_list(schedule)?,
+            schedules,
             hints: HintMode::parse(&self.hints)?,
             cold: self.cold,
-            io: IoConfig {
-                backend,
-                direct: self.direct,
-                ..IoConfig::default()
-            },
+            io,
             cache_bytes: self.cache_mib.saturating_mul(1 << 20),
             seed: self.seed,
             hot: self.hot.clone(),

@@ -4,7 +4,8 @@
 //! Architecture: a token's embedding is drawn from its id; each of `layers`
 //! layers is a pre-RMSNorm causal self-attention (rotary positions) and a
 //! pre-RMSNorm SiLU MLP, both residual. At an Engram layer an Engram block
-//! runs first: the token's rows (`rows_per_token x ROW_DIM` values, `e`)
+//! runs first: the token's rows (`rows_per_token x row values`, `e`: 256
+//! values a row for DeepSeek, the table's width, e.g. 160, for Qwen4-Exp)
 //! give a key `Wk e` and a value `Wv e`; the gate
 //! `sigmoid(rmsnorm(h) . rmsnorm(k) / sqrt(dim))` scales the value, and a
 //! causal depthwise convolution over the last `conv` gated values is added
@@ -24,7 +25,6 @@ mod tests;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use engram::codec::ROW_DIM;
 use engram::{Error, Result};
 
 use self::layers::{embed, Block, EngramBlock, Scratch};
@@ -55,8 +55,9 @@ impl CpuCompute {
     /// Engram table `t` (DeepSeek V4.1: `[1, 14]`).
     ///
     /// The Engram projections are built on first use, when the rows tell how
-    /// many rows a token brings (`rows.len() / tokens / ROW_DIM`); building
-    /// them is not counted as compute time.
+    /// many values a token brings (`rows.len() / tokens`: rows per token
+    /// times the table's row width, whatever it is); building them is not
+    /// counted as compute time.
     pub fn new(shape: CpuShape, engram_layers: &[u32]) -> Result<CpuCompute> {
         let bad = |why: String| Error::InvalidArgument(format!("cpu compute: {why}"));
         shape.check().map_err(bad)?;
@@ -160,26 +161,24 @@ impl CpuCompute {
                 let bad = |why: String| {
                     format!("bad-rows: Engram layer {layer}, positions {range:?}: {why}")
                 };
-                let per_token = rows_per_token(rows.len(), range.len()).map_err(bad)?;
+                let per_token = values_per_token(rows.len(), range.len()).map_err(bad)?;
                 engram
                     .prepare(per_token, dim)
-                    .map_err(|before| bad(format!("{per_token} rows per token, {before} before")))
+                    .map_err(|before| bad(format!("{per_token} values per token, {before} before")))
             }
         }
     }
 }
 
-/// Rows per token of `values` f32 over `tokens` (at least one) tokens, if
+/// Values per token of `values` f32 over `tokens` (at least one) tokens, if
 /// whole.
-fn rows_per_token(values: usize, tokens: usize) -> Result<usize, String> {
-    let row_values = tokens * ROW_DIM;
-    if values == 0 || values % row_values != 0 {
+fn values_per_token(values: usize, tokens: usize) -> Result<usize, String> {
+    if values == 0 || values % tokens != 0 {
         return Err(format!(
-            "{values} values are not a whole number of {ROW_DIM}-value rows for each of \
-             {tokens} tokens"
+            "{values} values are not a whole number of values for each of {tokens} tokens"
         ));
     }
-    Ok(values / row_values)
+    Ok(values / tokens)
 }
 
 /// Says what is wrong with `engram_layers` for a model of `layers` layers.

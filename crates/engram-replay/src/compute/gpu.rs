@@ -20,11 +20,75 @@ pub struct GpuProfile {
     pub decode_layer: Duration,
 }
 
+/// A named profile: whole-model speeds of a published measurement, spread
+/// evenly over the layers ([`GpuProfile::from_speeds`]). Adding a profile
+/// is one entry of [`PROFILES`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NamedProfile {
+    /// Name after `gpu:`.
+    pub name: &'static str,
+    /// Layers of the forward pass.
+    pub layers: u32,
+    /// Prefill tokens per second.
+    pub prefill_tps: f64,
+    /// Decode tokens per second.
+    pub decode_tps: f64,
+    /// Where the figures come from.
+    pub source: &'static str,
+}
+
+/// The named profiles `gpu:NAME` knows.
+///
+/// - `m4-max-ds4`: ds4 on an M4 Max, DeepSeek V4.1-Flash (its speed-bench
+///   at 2K context): 43 layers, prefill 344 tok/s, decode 26.76 tok/s.
+/// - `m4-max-qwen38`: ds4 on an M4 Max 64 GB, Qwen3.8-Flash-Next (peer
+///   sheet section 7, ds4-metal issue #4, build `1996434`, Q2K-down + Q4_1
+///   sidecar, MTP): decode about 53 tok/s (at 131K context), prefill the
+///   middle of 600-640 tok/s (2K prompt), 620; 48 layers, so 393 us a
+///   decode layer and 33.6 us a prefill token-layer; the PLE table at layer
+///   1 leaves one layer (393 us) to hide a decode token's rows.
+/// - `m1-max-qwen38`: ds4 on an M1 Max 64 GB, Qwen3.8-Flash-Next (section
+///   7): decode 21.9 tok/s (ds4-metal issue #9, `PREFETCH_FULL=1`, the
+///   sidecar in RAM, 128K context + MTP: the rate without table reads),
+///   prefill 275 tok/s (antirez/ds4 PR #1068, ctx 2K-16K); 48 layers: 951
+///   us a decode layer, 75.8 us a prefill token-layer.
+pub const PROFILES: &[NamedProfile] = &[
+    NamedProfile {
+        name: "m4-max-ds4",
+        layers: 43,
+        prefill_tps: 344.0,
+        decode_tps: 26.76,
+        source: "ds4 speed-bench, M4 Max, DeepSeek V4.1-Flash, 2K context",
+    },
+    NamedProfile {
+        name: "m4-max-qwen38",
+        layers: 48,
+        prefill_tps: 620.0,
+        decode_tps: 53.0,
+        source: "ds4 on M4 Max 64 GB, Qwen3.8-Flash-Next + MTP (ds4-metal issue #4)",
+    },
+    NamedProfile {
+        name: "m1-max-qwen38",
+        layers: 48,
+        prefill_tps: 275.0,
+        decode_tps: 21.9,
+        source: "ds4 on M1 Max 64 GB, Qwen3.8-Flash-Next (ds4-metal #9, antirez/ds4 #1068)",
+    },
+];
+
 impl GpuProfile {
     /// ds4 on an M4 Max (its speed-bench at 2K context): 43 layers, prefill
     /// 344 tok/s, decode 26.76 tok/s, spread evenly over the layers.
     pub fn m4_max_ds4() -> GpuProfile {
-        GpuProfile::from_speeds("m4-max-ds4", 43, 344.0, 26.76)
+        GpuProfile::named("m4-max-ds4").expect("a listed profile")
+    }
+
+    /// The profile of [`PROFILES`] called `name`.
+    pub fn named(name: &str) -> Option<GpuProfile> {
+        PROFILES
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| GpuProfile::from_speeds(p.name, p.layers, p.prefill_tps, p.decode_tps))
     }
 
     /// A profile from whole-model speeds in tokens per second.
@@ -38,15 +102,17 @@ impl GpuProfile {
         }
     }
 
-    /// Parses what follows `gpu:`: `m4-max-ds4`, or
+    /// Parses what follows `gpu:`: a name of [`PROFILES`], or
     /// `custom:PREFILL_US,DECODE_US[,LAYERS]` (43 layers if not given).
     pub fn parse(text: &str) -> Result<GpuProfile, String> {
-        if text == "m4-max-ds4" {
-            return Ok(GpuProfile::m4_max_ds4());
+        if let Some(profile) = GpuProfile::named(text) {
+            return Ok(profile);
         }
         let Some(values) = text.strip_prefix("custom:") else {
+            let known: Vec<&str> = PROFILES.iter().map(|p| p.name).collect();
             return Err(format!(
-                "unknown GPU profile {text:?} (known: m4-max-ds4, custom:P,D[,L])"
+                "unknown GPU profile {text:?} (known: {}, custom:P,D[,L])",
+                known.join(", ")
             ));
         };
         let fields: Vec<&str> = values.split(',').map(str::trim).collect();
@@ -160,6 +226,21 @@ mod tests {
         let decode = p.decode_layer.as_secs_f64() * 43.0;
         assert!((1.0 / prefill - 344.0).abs() < 0.01, "{prefill}");
         assert!((1.0 / decode - 26.76).abs() < 0.01, "{decode}");
+    }
+
+    #[test]
+    fn the_qwen_profiles_take_their_published_speeds_over_48_layers() {
+        for (name, prefill, decode) in [
+            ("m4-max-qwen38", 620.0, 53.0),
+            ("m1-max-qwen38", 275.0, 21.9),
+        ] {
+            let p = GpuProfile::parse(name).unwrap();
+            assert_eq!(p.layers, 48, "{name}");
+            let layers = f64::from(p.layers);
+            assert!((1.0 / (p.prefill_token_layer.as_secs_f64() * layers) - prefill).abs() < 0.01);
+            assert!((1.0 / (p.decode_layer.as_secs_f64() * layers) - decode).abs() < 0.01);
+        }
+        assert!(GpuProfile::parse("h200-qwen38").is_err());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! A [`Compute`] is driven one (layer, token range) at a time by the replay
 //! loop. At an Engram layer it receives the rows of those tokens (decoded to
-//! f32, `[token][column][ROW_DIM]`) when it asked for them
+//! f32, `[token][column][row values]`) when it asked for them
 //! ([`Compute::wants_rows`]); a stand-in GPU only needs to know they are
 //! there and gets `None`.
 
@@ -16,7 +16,7 @@ use std::time::Duration;
 use engram::{Error, Result};
 
 pub use cpu::{CpuCompute, CpuShape};
-pub use gpu::{GpuCompute, GpuProfile};
+pub use gpu::{GpuCompute, GpuProfile, NamedProfile, PROFILES};
 
 /// A forward pass the replay drives layer by layer.
 pub trait Compute: Send {
@@ -66,7 +66,8 @@ pub enum ComputeSpec {
 }
 
 impl ComputeSpec {
-    /// Parses `gpu:m4-max-ds4`, `gpu:custom:PREFILL_US,DECODE_US[,LAYERS]`
+    /// Parses `gpu:NAME` (a name of [`PROFILES`]: `m4-max-ds4`,
+    /// `m4-max-qwen38`, `m1-max-qwen38`), `gpu:custom:PREFILL_US,DECODE_US[,LAYERS]`
     /// (microseconds per token per layer in prefill, per layer in decode),
     /// `cpu` or `cpu:KEY=VALUE,..` (see [`CpuShape::parse`]).
     pub fn parse(text: &str) -> Result<ComputeSpec> {

@@ -52,9 +52,9 @@
 //! - Split-scale tables (Hugging Face checkpoints) take a second `pread`
 //!   per row for the scales; the peer reads only packed GGUF rows.
 
-mod pool;
+pub(super) mod pool;
 mod prefill;
-mod read;
+pub(super) mod read;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -62,6 +62,7 @@ use std::time::{Duration, Instant};
 
 use engram::codec::ROW_DIM;
 use engram::hash::{Hasher, History};
+use engram::layout::Family;
 use engram::{Error, Result};
 
 use super::{IoCounters, PrefillRun, Schedule, ScheduleSetup};
@@ -118,8 +119,23 @@ impl Ds4Schedule {
     /// `flavor` (and, on the Mac path, starts its 16 workers).
     pub fn new(setup: &ScheduleSetup<'_>, flavor: Ds4Flavor) -> Result<Ds4Schedule> {
         let model = setup.model;
+        super::check_family(model, Family::DeepSeekEngram, "ds4")?;
+        if model.tables.len() != 2 {
+            return Err(Error::InvalidArgument(format!(
+                "the ds4 schedule reads exactly two Engram tables (the peer's model); this model has {}",
+                model.tables.len()
+            )));
+        }
         let hasher = Hasher::new(&model.layout)?;
         let tables = PeerFiles::open(model, flavor)?;
+        if tables[0].width() != tables[1].width() {
+            return Err(Error::InvalidArgument(format!(
+                "the ds4 schedule shares one buffer between the tables, which needs equal row \
+                 widths (table 0: {} bytes, table 1: {})",
+                tables[0].width(),
+                tables[1].width()
+            )));
+        }
         Ok(Ds4Schedule {
             flavor,
             history: hasher.new_history(),

@@ -12,9 +12,18 @@
 //!   ([`Ds4Flavor::Linux`]): buffered reads, 16 threads per large batch.
 //! - `overlap`: this project's pipeline, without row cache or hints.
 //! - `full`: the pipeline with the session row cache and hints.
+//! - `llama-lazy`, `llama-readahead`, `omlx`, `ds4-qwen`,
+//!   `ds4-qwen-chunked`, `freetoken`: the Qwen4-Exp peers ([`QwenSchedule`],
+//!   [`QwenPeer`]), each a runtime's published read path of the PLE table.
+//!
+//! The peers belong to a family: `ds4` and `ds4-linux` replay a DeepSeek
+//! runtime and refuse a Qwen4-Exp model, the Qwen peers the other way round
+//! ([`ScheduleKind::family`]); `sync`, `overlap` and `full` run on both.
+//! [`ScheduleKind::defaults`] is each family's default list.
 
 mod ds4;
 mod engine;
+mod qwen;
 
 use std::time::Duration;
 
@@ -24,6 +33,9 @@ use engram::{Error, Result};
 
 pub use ds4::{Ds4Flavor, Ds4Schedule};
 pub use engine::EngineSchedule;
+pub use qwen::{QwenPeer, QwenSchedule};
+
+use engram::layout::Family;
 
 /// The schedules `engram bench` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,17 +50,58 @@ pub enum ScheduleKind {
     Overlap,
     /// The pipeline with row cache and hints.
     Full,
+    /// A Qwen4-Exp runtime's read path ([`QwenPeer`]).
+    Qwen(QwenPeer),
 }
 
 impl ScheduleKind {
     /// Every schedule, in report order.
-    pub const ALL: [ScheduleKind; 5] = [
+    pub const ALL: [ScheduleKind; 11] = [
         ScheduleKind::Sync,
         ScheduleKind::Ds4,
         ScheduleKind::Ds4Linux,
+        ScheduleKind::Qwen(QwenPeer::LlamaLazy),
+        ScheduleKind::Qwen(QwenPeer::LlamaReadahead),
+        ScheduleKind::Qwen(QwenPeer::Omlx),
+        ScheduleKind::Qwen(QwenPeer::Ds4Qwen),
+        ScheduleKind::Qwen(QwenPeer::Ds4QwenChunked),
+        ScheduleKind::Qwen(QwenPeer::FreeToken),
         ScheduleKind::Overlap,
         ScheduleKind::Full,
     ];
+
+    /// The family whose runtime a peer schedule replays; `None` for the
+    /// engine's schedules, which run on every family.
+    pub fn family(self) -> Option<Family> {
+        match self {
+            ScheduleKind::Ds4 | ScheduleKind::Ds4Linux => Some(Family::DeepSeekEngram),
+            ScheduleKind::Qwen(_) => Some(Family::Qwen4ExpPle),
+            _ => None,
+        }
+    }
+
+    /// The schedules `engram bench` runs on a model of `family` unless
+    /// told otherwise: `sync`, the family's peers, `overlap`, `full`, in
+    /// [`ScheduleKind::ALL`] order.
+    pub fn defaults(family: Family) -> Vec<ScheduleKind> {
+        ScheduleKind::ALL
+            .into_iter()
+            .filter(|k| k.family().is_none_or(|f| f == family))
+            .collect()
+    }
+
+    /// The runtime a peer stands for (the engine's schedules describe
+    /// themselves).
+    pub fn runtime(self) -> &'static str {
+        match self {
+            ScheduleKind::Sync => "this engine, reads at the layer (no prefetch)",
+            ScheduleKind::Ds4 => "ds4 DeepSeek-V4.1 Engram reader, macOS path",
+            ScheduleKind::Ds4Linux => "ds4 DeepSeek-V4.1 Engram reader, Linux path",
+            ScheduleKind::Overlap => "this engine's pipeline",
+            ScheduleKind::Full => "this engine's pipeline with row cache and hints",
+            ScheduleKind::Qwen(peer) => peer.runtime(),
+        }
+    }
 
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
@@ -58,10 +111,11 @@ impl ScheduleKind {
             ScheduleKind::Ds4Linux => "ds4-linux",
             ScheduleKind::Overlap => "overlap",
             ScheduleKind::Full => "full",
+            ScheduleKind::Qwen(peer) => peer.name(),
         }
     }
 
-    /// Parses a comma-separated list (`sync,ds4,ds4-linux,overlap,full`).
+    /// Parses a comma-separated list of [`ScheduleKind::name`]s.
     pub fn parse_list(text: &str) -> Result<Vec<ScheduleKind>> {
         let mut kinds = Vec::new();
         for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -69,8 +123,10 @@ impl ScheduleKind {
                 .into_iter()
                 .find(|k| k.name() == name)
                 .ok_or_else(|| {
+                    let known: Vec<&str> = ScheduleKind::ALL.iter().map(|k| k.name()).collect();
                     Error::InvalidArgument(format!(
-                        "--schedule: unknown schedule {name:?} (known: sync, ds4, ds4-linux, overlap, full)"
+                        "--schedule: unknown schedule {name:?} (known: {})",
+                        known.join(", ")
                     ))
                 })?;
             if !kinds.contains(&kind) {
@@ -105,6 +161,27 @@ pub struct ScheduleSetup<'a> {
     /// The prefill order the engine schedules are told, as a runtime that
     /// knows its own sweep tells it ([`engram::prefetch::PrefillOrder`]).
     pub prefill_order: engram::prefetch::PrefillOrder,
+    /// Tokens per prefill forward call (the replay's ubatch): `freetoken`
+    /// issues one fill per call.
+    pub ubatch: usize,
+}
+
+/// An error unless `model` is of `family`, the family of the runtime the
+/// schedule `name` replays.
+pub(crate) fn check_family(model: &Model, family: Family, name: &str) -> Result<()> {
+    let has = model.layout.family;
+    if has == family {
+        return Ok(());
+    }
+    let own: Vec<&str> = ScheduleKind::defaults(has)
+        .iter()
+        .map(|k| k.name())
+        .collect();
+    Err(Error::InvalidArgument(format!(
+        "the {name} schedule replays a {family} runtime, but the model is a {has} one \
+         (its schedules: {})",
+        own.join(", ")
+    )))
 }
 
 /// Builds a fresh schedule of `kind`.
@@ -112,6 +189,7 @@ pub fn build(kind: ScheduleKind, setup: &ScheduleSetup<'_>) -> Result<Box<dyn Sc
     Ok(match kind {
         ScheduleKind::Ds4 => Box::new(Ds4Schedule::new(setup, Ds4Flavor::Mac)?),
         ScheduleKind::Ds4Linux => Box::new(Ds4Schedule::new(setup, Ds4Flavor::Linux)?),
+        ScheduleKind::Qwen(peer) => Box::new(QwenSchedule::new(setup, peer)?),
         _ => Box::new(EngineSchedule::new(kind, setup)?),
     })
 }

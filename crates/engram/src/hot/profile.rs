@@ -362,3 +362,67 @@ mod tests {
         assert_eq!(counts.distinct(0), 5);
     }
 }
+
+/// What a hot set serves of held-out text, one table: a prefill reads each
+/// distinct row of its prompt once, a decode step every row it looks up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeldOutShare {
+    /// Distinct rows of the prompts (each prompt counted on its own).
+    pub prefill_rows: u64,
+    /// Of those, rows in the hot set.
+    pub prefill_hot: u64,
+    /// Rows the decode steps look up (with repeats).
+    pub decode_rows: u64,
+    /// Of those, lookups the hot set serves.
+    pub decode_hot: u64,
+}
+
+impl HeldOutShare {
+    /// Counts one held-out document, hashed from an empty history: its
+    /// first `prefill` tokens as a prompt, the next `decode` (as many as
+    /// there are) as decode steps. `hot` holds the hot rows of `table`,
+    /// increasing (as [`Counts::top`] returns them).
+    pub fn add_document(
+        &mut self,
+        hasher: &Hasher,
+        table: usize,
+        hot: &[u32],
+        tokens: &[u32],
+        prefill: usize,
+        decode: usize,
+    ) -> Result<()> {
+        let prefill = prefill.min(tokens.len());
+        let end = prefill.saturating_add(decode).min(tokens.len());
+        let mut history = hasher.new_history();
+        let mut rows = Vec::new();
+        hasher.hash(&mut history, &tokens[..end], None, &mut rows)?;
+        let columns = hasher.columns();
+        let per_token = hasher.rows_per_token();
+        let of_table = |from: usize, to: usize| {
+            rows[from * per_token..to * per_token]
+                .chunks_exact(per_token)
+                .flat_map(move |t| t[table * columns..(table + 1) * columns].iter().copied())
+        };
+        let is_hot = |r: &u32| hot.binary_search(r).is_ok();
+        let mut distinct: Vec<u32> = of_table(0, prefill).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        self.prefill_rows += distinct.len() as u64;
+        self.prefill_hot += distinct.iter().filter(|r| is_hot(r)).count() as u64;
+        for row in of_table(prefill, end) {
+            self.decode_rows += 1;
+            self.decode_hot += u64::from(is_hot(&row));
+        }
+        Ok(())
+    }
+
+    /// Share of the prompts' distinct rows the hot set serves (0 without rows).
+    pub fn prefill_share(&self) -> f64 {
+        self.prefill_hot as f64 / self.prefill_rows.max(1) as f64
+    }
+
+    /// Share of the decode lookups the hot set serves (0 without rows).
+    pub fn decode_share(&self) -> f64 {
+        self.decode_hot as f64 / self.decode_rows.max(1) as f64
+    }
+}

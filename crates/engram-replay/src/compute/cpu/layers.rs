@@ -6,7 +6,6 @@
 //! length, never on how the positions were grouped into calls, so a position
 //! gets the same bits whatever chunking or sweep order the driver uses.
 
-use engram::codec::ROW_DIM;
 use engram::splitmix::{finalize, SplitMix64};
 
 use super::CpuShape;
@@ -197,11 +196,11 @@ impl Scratch {
     }
 }
 
-/// The Engram key and value projections, built once the number of rows per
-/// token is known.
+/// The Engram key and value projections, built once the number of values
+/// per token is known.
 struct EngramProjection {
-    /// Rows of `ROW_DIM` values each token brings.
-    rows_per_token: usize,
+    /// Values each token's rows bring (rows per token times the row width).
+    values_per_token: usize,
     wk: Matrix,
     wv: Matrix,
 }
@@ -239,17 +238,17 @@ impl EngramBlock {
         }
     }
 
-    /// Builds the projections for `rows_per_token` rows per token, or says
+    /// Builds the projections for `values_per_token` values per token, or says
     /// why the count disagrees with the one they were built for.
-    pub(super) fn prepare(&mut self, rows_per_token: usize, dim: usize) -> Result<(), usize> {
+    pub(super) fn prepare(&mut self, values_per_token: usize, dim: usize) -> Result<(), usize> {
         match &self.projection {
-            Some(p) if p.rows_per_token != rows_per_token => Err(p.rows_per_token),
+            Some(p) if p.values_per_token != values_per_token => Err(p.values_per_token),
             Some(_) => Ok(()),
             None => {
-                let cols = rows_per_token * ROW_DIM;
+                let cols = values_per_token;
                 let rng = |kind| Rng::stream(self.seed, kind, self.layer);
                 self.projection = Some(EngramProjection {
-                    rows_per_token,
+                    values_per_token,
                     wk: Matrix::random(dim, cols, 1.0, rng(Stream::EngramKey)),
                     wv: Matrix::random(dim, cols, 1.0, rng(Stream::EngramValue)),
                 });
@@ -360,7 +359,7 @@ impl Block {
 
     /// Runs the next positions (`done..`) through this layer: `hidden` holds
     /// their states, updated in place, and `rows` their rows at an Engram
-    /// layer (`rows_per_token * ROW_DIM` values per position).
+    /// layer (rows per token times the row width, per position).
     pub(super) fn forward(&mut self, hidden: &mut [f32], rows: Option<&[f32]>, s: &mut Scratch) {
         let dim = self.wq.cols();
         // Taken out of `s` for the loop, which lends `s` to each position.

@@ -3,6 +3,7 @@
 
 use super::layers::{Rng, Stream};
 use super::*;
+use engram::codec::ROW_DIM;
 
 /// How a test drives the prefill.
 #[derive(Clone, Copy, Debug)]
@@ -270,7 +271,11 @@ fn driver_mistakes_are_reported_not_panicked() {
         cpu.prefill_layer(1, 0..4, Some(&rows[..4 * 3 * ROW_DIM]));
         cpu.prefill_layer(1, 4..8, Some(&rows[..4 * 2 * ROW_DIM]));
     });
-    assert!(changed.ends_with("2 rows per token, 3 before"), "{changed}");
+    let (now, before) = (2 * ROW_DIM, 3 * ROW_DIM);
+    assert!(
+        changed.ends_with(&format!("{now} values per token, {before} before")),
+        "{changed}"
+    );
     let unexpected = mistake(|cpu, case| cpu.prefill_layer(0, 0..8, case.rows_at(1, 0..8)));
     assert!(unexpected.starts_with("unexpected-rows"), "{unexpected}");
     let skipped = mistake(|cpu, _| cpu.prefill_layer(0, 8..16, None));

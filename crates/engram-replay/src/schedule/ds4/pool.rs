@@ -78,14 +78,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The pool: `threads` workers started once, joined on drop.
-pub(super) struct ApplyPool {
+pub(in crate::schedule) struct ApplyPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
 }
 
 impl ApplyPool {
     /// Starts `threads` workers.
-    pub(super) fn new(threads: usize) -> Result<ApplyPool> {
+    pub(in crate::schedule) fn new(threads: usize) -> Result<ApplyPool> {
         let shared = Arc::new(Shared::default());
         let mut pool = ApplyPool {
             shared: shared.clone(),
@@ -107,7 +107,11 @@ impl ApplyPool {
     /// Runs `f(part)` for every part in `0..parts` on the workers and
     /// returns when all have finished. A panicking part is an error (the
     /// other parts still run to the end).
-    pub(super) fn apply(&self, parts: usize, f: &(dyn Fn(usize) + Sync)) -> Result<()> {
+    pub(in crate::schedule) fn apply(
+        &self,
+        parts: usize,
+        f: &(dyn Fn(usize) + Sync),
+    ) -> Result<()> {
         if parts == 0 {
             return Ok(());
         }

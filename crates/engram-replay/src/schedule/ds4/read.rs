@@ -30,21 +30,21 @@ use super::pool::ApplyPool;
 use super::Ds4Flavor;
 
 /// Linux flavor: batches with fewer unique rows than this are read serially.
-pub(super) const LINUX_SERIAL_LIMIT: usize = 256;
+pub(in crate::schedule) const LINUX_SERIAL_LIMIT: usize = 256;
 
 /// Mac flavor: batches of at least this many unique rows are read in parallel.
-pub(super) const MAC_PARALLEL_MIN: usize = 8;
+pub(in crate::schedule) const MAC_PARALLEL_MIN: usize = 8;
 
 /// Parts a parallel batch is split into (threads per batch on Linux, the
 /// `dispatch_apply_f` iteration count and pool size on macOS).
-pub(super) const PARTS: usize = 16;
+pub(in crate::schedule) const PARTS: usize = 16;
 
 /// Alignment and granule of uncached reads emulated with `O_DIRECT`.
 #[cfg(target_os = "linux")]
 const PAGE: u64 = engram::io::PAGE;
 
 /// One table's open files, as the peer holds them.
-pub(super) struct TableFile {
+pub(in crate::schedule) struct TableFile {
     index: usize,
     location: TableLocation,
     /// The table's files, in [`TableLocation::files`] order.
@@ -55,12 +55,12 @@ pub(super) struct TableFile {
 
 impl TableFile {
     /// Bytes of one packed row (values, then split scales if any).
-    pub(super) fn width(&self) -> usize {
+    pub(in crate::schedule) fn width(&self) -> usize {
         self.location.full_row_bytes()
     }
 
     /// The encoding rows of this table decode with.
-    pub(super) fn encoding(&self) -> Encoding {
+    pub(in crate::schedule) fn encoding(&self) -> Encoding {
         self.location.encoding
     }
 
@@ -134,7 +134,7 @@ struct Spot<'a> {
 /// Aligned pages for `O_DIRECT` reads (Linux); nothing elsewhere, where
 /// `F_NOCACHE` reads go straight into the row's slot.
 #[derive(Default)]
-pub(super) struct Scratch {
+pub(in crate::schedule) struct Scratch {
     #[cfg(target_os = "linux")]
     pages: Option<engram::io::batch::BounceBuf>,
 }
@@ -209,10 +209,10 @@ fn open_file(path: &Path, flavor: Ds4Flavor) -> Result<File> {
     Ok(file)
 }
 
-/// Both tables of a model opened for the peer's read path, and the
+/// The tables of a model opened for the peer's read path, and the
 /// machinery that reads their batches.
-pub(super) struct PeerFiles {
-    tables: [TableFile; 2],
+pub(in crate::schedule) struct PeerFiles {
+    tables: Vec<TableFile>,
     flavor: Ds4Flavor,
     /// The Mac flavor's persistent workers.
     pool: Option<ApplyPool>,
@@ -226,18 +226,19 @@ impl std::ops::Index<usize> for PeerFiles {
 }
 
 impl PeerFiles {
-    /// Opens both tables of `model` for `flavor`. Checks what the row hash
+    /// Opens every table of `model` for `flavor`. Checks what the row hash
     /// can address exists and what a row decodes with matches its stored
     /// width, so reads later need no per-row checks.
-    pub(super) fn open(model: &Model, flavor: Ds4Flavor) -> Result<PeerFiles> {
+    pub(in crate::schedule) fn open(model: &Model, flavor: Ds4Flavor) -> Result<PeerFiles> {
         let layout = &model.layout;
-        if model.tables.len() != 2 || layout.tables.len() != 2 {
+        if model.tables.len() != layout.tables.len() {
             return Err(Error::InvalidArgument(format!(
-                "the ds4 schedule reads exactly two Engram tables (the peer's model); this model has {}",
-                model.tables.len()
+                "the model stores {} tables but its layout hashes {}",
+                model.tables.len(),
+                layout.tables.len()
             )));
         }
-        let mut files = Vec::with_capacity(2);
+        let mut tables = Vec::with_capacity(model.tables.len());
         for (index, (loc, table)) in model.tables.iter().zip(&layout.tables).enumerate() {
             check_table(index, loc, table.rows)?;
             let open = loc
@@ -245,23 +246,12 @@ impl PeerFiles {
                 .into_iter()
                 .map(|path| open_file(path, flavor))
                 .collect::<Result<Vec<File>>>()?;
-            files.push(TableFile {
+            tables.push(TableFile {
                 index,
                 location: loc.clone(),
                 files: open,
                 uncached: flavor == Ds4Flavor::Mac,
             });
-        }
-        let tables: [TableFile; 2] = files
-            .try_into()
-            .map_err(|_| Error::InvalidArgument("the ds4 schedule reads two tables".into()))?;
-        if tables[0].width() != tables[1].width() {
-            return Err(Error::InvalidArgument(format!(
-                "the ds4 schedule shares one buffer between the tables, which needs equal row \
-                 widths (table 0: {} bytes, table 1: {})",
-                tables[0].width(),
-                tables[1].width()
-            )));
         }
         let pool = match flavor {
             Ds4Flavor::Mac => Some(ApplyPool::new(PARTS)?),
@@ -303,7 +293,7 @@ fn check_table(index: usize, loc: &TableLocation, hashed_rows: u64) -> Result<()
 
 /// I/O counters shared by the reader threads and the schedule.
 #[derive(Debug, Default)]
-pub(super) struct Counters {
+pub(in crate::schedule) struct Counters {
     requested: AtomicU64,
     unique: AtomicU64,
     bytes: AtomicU64,
@@ -311,8 +301,17 @@ pub(super) struct Counters {
 }
 
 impl Counters {
+    /// Counts one batch: `requested` row ids, `unique` of them fetched,
+    /// `reads` read requests moving `bytes` bytes.
+    pub(in crate::schedule) fn add(&self, requested: u64, unique: u64, reads: u64, bytes: u64) {
+        self.requested.fetch_add(requested, Ordering::Relaxed);
+        self.unique.fetch_add(unique, Ordering::Relaxed);
+        self.reads.fetch_add(reads, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     /// The totals so far.
-    pub(super) fn snapshot(&self) -> IoCounters {
+    pub(in crate::schedule) fn snapshot(&self) -> IoCounters {
         IoCounters {
             totals: IoTotals {
                 rows_requested: self.requested.load(Ordering::Relaxed),
@@ -330,7 +329,7 @@ impl Counters {
 /// The unique rows of one batch and their bytes, ready to scatter to the
 /// positions that asked for them.
 #[derive(Default)]
-pub(super) struct Fetched {
+pub(in crate::schedule) struct Fetched {
     unique: Vec<u32>,
     raw: Vec<u8>,
     width: usize,
@@ -341,7 +340,7 @@ impl Fetched {
     /// Reads the rows `ids` of table `table` ask for (duplicates read once)
     /// with the flavor's batch path. Returns [`Error::Cancelled`] once
     /// `stop` is set.
-    pub(super) fn fetch(
+    pub(in crate::schedule) fn fetch(
         &mut self,
         files: &PeerFiles,
         table: usize,
@@ -377,7 +376,7 @@ impl Fetched {
 
     /// Copies the row of each of `ids` (all fetched) to consecutive
     /// `width`-byte slots of `out`.
-    pub(super) fn scatter(&self, ids: &[u32], out: &mut [u8]) {
+    pub(in crate::schedule) fn scatter(&self, ids: &[u32], out: &mut [u8]) {
         for (&id, slot) in ids.iter().zip(out.chunks_exact_mut(self.width)) {
             // Every id was fetched, so the search always finds it.
             if let Ok(at) = self.unique.binary_search(&id) {
