@@ -50,9 +50,9 @@ forward raises ``RuntimeError``). A model loaded with its table (plain
 unchanged.
 
 ``torch.compile``: the hook and the lookup are excluded from compilation
-(``torch.compiler.disable``): a compiled model runs them eagerly, so each
-forward compiles into graphs split around them; ``fullgraph=True`` cannot
-hold them.
+(``torch.compiler.disable``): a compiled model runs them eagerly, between
+graphs split around them (the stock model already splits its graphs at
+each MoE block's data-dependent ``nonzero``).
 
 Not thread-safe: one forward at a time per attached model.
 """
