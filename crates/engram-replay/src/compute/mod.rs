@@ -66,7 +66,7 @@ pub enum ComputeSpec {
 }
 
 impl ComputeSpec {
-    /// Parses `gpu:m4-max-ds4`, `gpu:custom:PREFILL_US,DECODE_US[,LAYERS]`
+    /// Parses `gpu:m4-max-ds4`, `gpu:flash`, `gpu:custom:PREFILL_US,DECODE_US[,LAYERS]`
     /// (microseconds per token per layer in prefill, per layer in decode),
     /// `cpu` or `cpu:KEY=VALUE,..` (see [`CpuShape::parse`]).
     pub fn parse(text: &str) -> Result<ComputeSpec> {

@@ -182,6 +182,10 @@ impl PrefetchConfig {
     /// ENGRAM_REUSE_MIB: a whole
     /// number of MiB sets [`PrefetchConfig::reuse_bytes`] (the trade
     /// between a long prompt's stall and its memory, for A/B runs).
+    /// ENGRAM_READ_BATCH_TOKENS and ENGRAM_BATCHES_IN_FLIGHT: a number
+    /// above 0 sets [`PrefetchConfig::read_batch_tokens`] and
+    /// [`PrefetchConfig::prefill_batches_in_flight`] (for A/B runs of the
+    /// device queue between batches).
     pub fn apply_env_from(&mut self, var: impl Fn(&str) -> Option<String>) {
         let switch = |name: &str, field: &mut bool| match var(name).as_deref().map(str::trim) {
             Some("0") => *field = false,
@@ -206,6 +210,13 @@ impl PrefetchConfig {
         }
         if let Some(mib) = var("ENGRAM_REUSE_MIB").and_then(|v| v.trim().parse::<u64>().ok()) {
             self.reuse_bytes = mib << 20;
+        }
+        let number = |name: &str| var(name).and_then(|v| v.trim().parse::<u32>().ok());
+        if let Some(tokens) = number("ENGRAM_READ_BATCH_TOKENS").filter(|&t| t > 0) {
+            self.read_batch_tokens = tokens;
+        }
+        if let Some(n) = number("ENGRAM_BATCHES_IN_FLIGHT").filter(|&n| n > 0) {
+            self.prefill_batches_in_flight = n as usize;
         }
     }
 
