@@ -36,6 +36,9 @@ pub struct BenchConfig {
     pub sweep: Sweep,
     /// Tokens per prefill chunk of the sweep.
     pub ubatch: usize,
+    /// Tokens one prefill wait asks for at least (0: one chunk; see
+    /// [`Drive::wait_tokens`]).
+    pub wait_tokens: usize,
     /// Schedules, in the order run.
     pub schedules: Vec<ScheduleKind>,
     /// Hints offered to `full`.
@@ -66,6 +69,7 @@ impl Default for BenchConfig {
             compute: ComputeSpec::Gpu(crate::compute::GpuProfile::m4_max_ds4()),
             sweep: Sweep::Layer,
             ubatch: 512,
+            wait_tokens: 0,
             schedules: ScheduleKind::ALL.to_vec(),
             hints: HintMode::DEFAULT,
             cold: true,
@@ -178,6 +182,7 @@ pub fn run_bench(
         compute: config.compute.label(),
         sweep: config.sweep.name().to_string(),
         ubatch: config.ubatch,
+        wait_tokens: config.wait_tokens,
         hints: config.hints.label(),
         cold: config.cold,
         direct: config.io.direct,
@@ -207,6 +212,7 @@ fn run_one(
     let drive = Drive {
         sweep: config.sweep,
         ubatch: config.ubatch,
+        wait_tokens: config.wait_tokens,
         engram_layers: model.layout.layer_ids(),
         hints: config.hints,
         vocab: u32::try_from(model.layout.vocab_size()).unwrap_or(u32::MAX),

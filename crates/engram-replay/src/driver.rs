@@ -57,6 +57,11 @@ pub struct Drive {
     pub sweep: Sweep,
     /// Tokens per prefill chunk.
     pub ubatch: usize,
+    /// Tokens one prefill wait asks for at least (0: one chunk): a host
+    /// that waits once for this many tokens of a table and then runs their
+    /// chunks through the layer, as a runtime whose waits are wider than
+    /// its compute batches does. A wait never reaches past the prompt.
+    pub wait_tokens: usize,
     /// `engram_layers[t]`: the layer that consumes table `t`.
     pub engram_layers: Vec<u32>,
     /// Hints offered during decode.
@@ -207,24 +212,49 @@ fn prefill(
             .collect(),
     };
     let mut rows = compute.compute.wants_rows().then(Vec::new);
+    // Per table: the tokens its waits have covered, and the first of them
+    // the rows in `rows` belong to.
+    let mut waited = vec![(0usize, 0usize); drive.engram_layers.len()];
     for (layer, c) in pairs {
         let (start, end) = chunks[c];
         run.layer_start(layer, start as u32)?;
         let engram = drive.engram_layers.iter().position(|&l| l == layer);
         if let Some(table) = engram {
-            measured.prefill_waits.push(WaitPoint {
-                table,
-                upto: end as u32,
-                before: compute.wall,
-            });
-            let stall = run.wait(table, end as u32, rows.as_mut())?;
-            measured.prefill_stall_table[table] += stall;
-            measured.chunk_stall[c] += stall;
+            let covered = waited[table].1;
+            if end > covered {
+                let upto = wait_end(drive, end, covered, tokens);
+                measured.prefill_waits.push(WaitPoint {
+                    table,
+                    upto: upto as u32,
+                    before: compute.wall,
+                });
+                let stall = run.wait(table, upto as u32, rows.as_mut())?;
+                measured.prefill_stall_table[table] += stall;
+                measured.chunk_stall[c] += stall;
+                waited[table] = (covered, upto);
+            }
         }
-        let given = engram.and(rows.as_deref());
+        let given = match (engram, rows.as_deref()) {
+            (Some(table), Some(rows)) => Some(chunk_rows(rows, waited[table], start..end)),
+            _ => None,
+        };
         compute.prefill_layer(layer, start..end, given);
     }
     Ok(())
+}
+
+/// Where a wait that must cover tokens up to `end` ends, the table's waits
+/// having covered `upto` so far: `end`, or `--wait-tokens` past `upto` if
+/// that is further, never past the prompt.
+fn wait_end(drive: &Drive, end: usize, upto: usize, tokens: usize) -> usize {
+    end.max(upto.saturating_add(drive.wait_tokens)).min(tokens)
+}
+
+/// The rows of tokens `range` out of those of the wait that covered
+/// `[from, upto)`.
+fn chunk_rows(rows: &[f32], (from, upto): (usize, usize), range: std::ops::Range<usize>) -> &[f32] {
+    let per_token = rows.len() / (upto - from).max(1);
+    &rows[(range.start - from) * per_token..(range.end - from) * per_token]
 }
 
 /// One step per token: begin (reads issued), hints, then the layers with a
@@ -349,6 +379,7 @@ mod tests {
         Drive {
             sweep,
             ubatch: 4,
+            wait_tokens: 0,
             engram_layers: vec![1, 2],
             hints,
             vocab: 100,
@@ -404,6 +435,26 @@ mod tests {
             let (log, _) = run(&drive(sweep, HintMode::None), &[7; 6], &[]);
             assert_eq!(log, events(groups), "{sweep:?}");
         }
+    }
+
+    #[test]
+    fn wide_waits_cover_several_chunks_and_stop_at_the_prompt() {
+        let mut d = drive(Sweep::Layer, HintMode::None);
+        d.ubatch = 2;
+        d.wait_tokens = 4;
+        let (seen, m) = run(&d, &[1, 2, 3, 4, 5, 6], &[]);
+        let want = events(&[
+            "prefill 6",
+            "layer 0 0..2, layer 0 2..4, layer 0 4..6",
+            "wait 0 4, layer 1 0..2, layer 1 2..4, wait 0 6, layer 1 4..6",
+            "wait 1 4, layer 2 0..2, layer 2 2..4, wait 1 6, layer 2 4..6",
+        ]);
+        assert_eq!(seen, want);
+        let waits: Vec<(usize, u32)> = m.prefill_waits.iter().map(|w| (w.table, w.upto)).collect();
+        assert_eq!(waits, [(0, 4), (0, 6), (1, 4), (1, 6)]);
+        // A wait's rows are cut into its chunks' rows.
+        let rows: Vec<f32> = (0..8).map(|v| v as f32).collect();
+        assert_eq!(chunk_rows(&rows, (2, 6), 4..6), [4.0, 5.0, 6.0, 7.0]);
     }
 
     #[test]

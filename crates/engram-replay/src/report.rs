@@ -26,6 +26,8 @@ pub struct Report {
     pub sweep: String,
     /// Tokens per prefill chunk of the sweep.
     pub ubatch: usize,
+    /// Tokens one prefill wait asks for at least (0: one chunk).
+    pub wait_tokens: usize,
     /// Hints given to `full`.
     pub hints: String,
     /// Table files evicted from the page cache before each schedule.

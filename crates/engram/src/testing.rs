@@ -260,6 +260,14 @@ pub struct MemSource {
     pub panic_row: Option<(usize, u64)>,
     /// Added latency per call.
     pub delay: Option<Duration>,
+    /// Added time per row of a call, as a device of fixed throughput:
+    /// calls of many rows take longer, and the calls of several readers
+    /// take turns (one at a time, as one device serves them).
+    pub row_delay: Option<Duration>,
+    /// Serializes the calls under `row_delay`.
+    pub device: std::sync::Mutex<()>,
+    /// Rows of [`Priority::Prefill`] calls so far, per table (two tables).
+    pub prefill_rows: [AtomicUsize; 2],
     /// Read calls so far.
     pub calls: AtomicUsize,
     /// Read calls at [`Priority::Hint`] so far.
@@ -313,6 +321,15 @@ impl RowSource for MemSource {
         }
         if let Some(d) = self.delay {
             std::thread::sleep(d); // stands in for device latency
+        }
+        if let Some(d) = self.row_delay {
+            let _device = self.device.lock().unwrap_or_else(|p| p.into_inner());
+            std::thread::sleep(d * rows.len() as u32);
+        }
+        if priority == Priority::Prefill {
+            if let Some(count) = self.prefill_rows.get(table) {
+                count.fetch_add(rows.len(), Ordering::Relaxed);
+            }
         }
         assert_eq!(out.len(), rows.len() * ROW_BYTES, "caller sized out wrong");
         for (row, dst) in rows

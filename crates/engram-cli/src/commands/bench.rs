@@ -53,7 +53,7 @@ pub struct Args {
     /// Decode steps: the K tokens that follow the prompt, one at a time.
     #[arg(long, default_value_t = 1000)]
     pub decode: usize,
-    /// Compute model: gpu:m4-max-ds4, gpu:m4-max-qwen38, gpu:m1-max-qwen38,
+    /// Compute model: gpu:m4-max-ds4, gpu:flash, gpu:m4-max-qwen38, gpu:m1-max-qwen38,
     /// gpu:custom:PREFILL_US,DECODE_US[,LAYERS], cpu or
     /// cpu:layers=L,dim=D,heads=H,ffn=F,conv=C,seed=S. Default:
     /// gpu:m4-max-ds4 for a DeepSeek model, gpu:m4-max-qwen38 for a
@@ -75,6 +75,11 @@ pub struct Args {
     /// Tokens per prefill chunk.
     #[arg(long, default_value_t = 512)]
     pub ubatch: usize,
+    /// Tokens one prefill wait asks for at least (0: one chunk): the host
+    /// waits once for this many tokens of a table, then runs their chunks
+    /// through its layer. At most the engine's ring (2,048 by default).
+    #[arg(long, default_value_t = 0)]
+    pub wait_tokens: usize,
     /// Hints for `full`: none, lookup (the engine's prompt lookup) or draft:P
     /// (an MTP-like draft of the next token, right with probability P).
     #[arg(long, default_value = "draft:0.79")]
@@ -150,6 +155,7 @@ impl Args {
             compute: ComputeSpec::parse(compute)?,
             sweep: Sweep::parse(&self.sweep)?,
             ubatch: self.ubatch,
+            wait_tokens: self.wait_tokens,
             schedules,
             hints: HintMode::parse(&self.hints)?,
             cold: self.cold,

@@ -400,3 +400,61 @@ fn a_wait_whose_rows_are_ready_records_no_stall() {
         assert_eq!(table.stall_total_us, 0.0, "{table:?}");
     });
 }
+
+/// Table 1's rows read by the time a layer-sweep host reaches table 1's
+/// layer, the host waiting on each table in pieces of `width` tokens (each
+/// piece then run through the layer) on a source of fixed row throughput;
+/// the rows delivered are checked against the model's.
+fn table_1_rows_read_before_its_layer(width: u32) -> usize {
+    use std::sync::atomic::Ordering;
+    let mut mem = MemSource::for_layout(&layout());
+    mem.row_delay = Some(Duration::from_micros(5));
+    let source = Arc::new(mem);
+    let mut config = small_prefetch();
+    // A store a little larger than the ring, as the defaults are; no
+    // page cache to warm (as with direct I/O).
+    config.reuse_bytes = 40 * 24 * ROW_BYTES as u64;
+    config.warm_page_cache = false;
+    let engine = Engine::new(source.clone(), layout(), config).unwrap();
+    let probe = source.clone();
+    within(LIMIT, move || {
+        let mut seq = engine.sequence();
+        let n = 512;
+        let tokens = prompt(n);
+        let (cols, ids) = (seq.rows_per_token(), seq.row_ids(&tokens, None).unwrap());
+        // 7 us per token and layer: a table's reads (about 40 ms) are some
+        // 11 layers' compute, as on a fast GPU; layers 2-13 (43 ms) give
+        // table 1's reader 8 times the time its ring and store take.
+        let layer = |tokens: u32| std::thread::sleep(Duration::from_micros(7 * u64::from(tokens)));
+        let mut prefill = seq.prefill(&tokens, None).unwrap();
+        layer(n);
+        let mut seen = 0;
+        for table in 0..2 {
+            if table == 1 {
+                (2..14).for_each(|_| layer(n));
+                seen = probe.prefill_rows[1].load(Ordering::Relaxed);
+            }
+            for upto in (width..=n).step_by(width as usize) {
+                let view = prefill.wait(table, upto).unwrap();
+                let from = view.first_token() as usize;
+                let want = expected(&ids, cols, table, from..upto as usize);
+                assert!(view.to_vec() == want, "table {table} tokens {from}..{upto}");
+                layer(width);
+            }
+        }
+        seen
+    })
+}
+
+/// A host whose waits are as wide as the API allows (the whole ring) gets
+/// table 1's reads as far ahead of its layer as one with narrow waits: the
+/// reader fills table 1's ring and store while the host is on table 0 and
+/// the layers between.
+#[test]
+fn waits_as_wide_as_the_ring_let_table_1_read_ahead_as_narrow_ones_do() {
+    let narrow = table_1_rows_read_before_its_layer(8);
+    let wide = table_1_rows_read_before_its_layer(32);
+    // The ring alone holds 32 tokens of 24 rows.
+    assert!(narrow >= 32 * 24, "narrow waits: {narrow} rows");
+    assert!(wide >= narrow, "wide waits: {wide} rows, narrow {narrow}");
+}
