@@ -2,25 +2,54 @@
 //! and hide the reads behind the compute of the transformer blocks that precede
 //! each Engram layer.
 //!
-//! Data flows one way: tokens -> [`hash::History`] -> row ids -> row source ->
-//! per-table buffers -> the consumer at the Engram layer. See
-//! `docs/ARCHITECTURE.md` for the map of the crate.
+//! An embedder opens a model with [`EngineBuilder`] (options by field or by
+//! name from [`OPTIONS`]; the environment only through
+//! [`EngineBuilder::apply_env`]), gets an [`OpenEngine`], runs one
+//! [`Sequence`] per request: a [`Prefill`] whose waits return a
+//! [`RowsView`] per table, then decode steps. Data flows one way: tokens ->
+//! row ids -> row source -> per-table buffers -> the consumer at the Engram
+//! layer. See `docs/ARCHITECTURE.md` for the map of the crate.
 
 #![deny(missing_docs)]
 
+// The modules are the crate's internals: the bindings, the bench and the
+// CLI of this workspace reach into them, so they stay `pub`, but hidden from
+// the docs. An embedder uses the items re-exported below.
+#[doc(hidden)]
 pub mod cache;
+#[doc(hidden)]
 pub mod codec;
+#[doc(hidden)]
 pub mod error;
+#[doc(hidden)]
 pub mod hash;
+#[doc(hidden)]
 pub mod hot;
+#[doc(hidden)]
 pub mod io;
+#[doc(hidden)]
 pub mod layout;
+#[doc(hidden)]
 pub mod model;
+#[doc(hidden)]
 pub mod open;
+#[doc(hidden)]
 pub mod prefetch;
+#[doc(hidden)]
 pub mod splitmix;
+#[doc(hidden)]
 pub mod stats;
 #[cfg(any(test, feature = "test_utils"))]
+#[doc(hidden)]
 pub mod testing;
 
+pub use codec::Encoding;
 pub use error::{Error, ErrorKind, Result};
+pub use hot::{HotConfig, HotSet};
+pub use io::threads::ReaderSched;
+pub use io::{Backend, IoConfig};
+pub use layout::Family;
+pub use model::Model;
+pub use open::{option, CacheReport, EngineBuilder, EngineOption, OpenEngine, ENV_VARS, OPTIONS};
+pub use prefetch::{Engine, PrefetchConfig, Prefill, PrefillOrder, RowFormat, RowsView, Sequence};
+pub use stats::{PhaseStats, Stats, TableStats};
