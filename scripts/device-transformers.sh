@@ -33,9 +33,11 @@ started=$(date +%s)
 stamp() { echo "device-transformers: $(( $(date +%s) - started )) s: $*" >&2; }
 
 stamp "install"
-python3 -m venv --system-site-packages "$work/venv"
-py=$work/venv/bin/python
-"$py" -m pip install -q --no-index --find-links "$wheels" engram transformers==5.23.0 safetensors pytest
+# Every wheel of WHEEL_DIR into one directory on PYTHONPATH, without
+# resolving (torch and numpy are the host's; the rest is in WHEEL_DIR).
+python3 -m pip install -q --no-index --no-deps --target "$work/site" "$wheels"/*.whl
+export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
+py=python3
 "$py" -c "import torch, transformers, engram; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)" | tee "$out/versions.txt"
 
 stamp "bit-exact tests"
