@@ -279,6 +279,23 @@ mod tests {
         c.apply_env_from(|n| (n == "ENGRAM_REUSE_MIB").then(|| "lots".to_string()));
         assert_eq!(c.reuse_bytes, 64 << 20);
         assert_eq!(c.readers, ReaderSched::Normal);
+        let ab = |n: &str| match n {
+            "ENGRAM_READ_BATCH_TOKENS" => Some(" 1024 ".to_string()),
+            "ENGRAM_BATCHES_IN_FLIGHT" => Some("2".to_string()),
+            _ => None,
+        };
+        c.apply_env_from(ab);
+        assert_eq!(
+            (c.read_batch_tokens, c.prefill_batches_in_flight),
+            (1024, 2)
+        );
+        // 0 and words leave them as they were.
+        c.apply_env_from(|n| n.starts_with("ENGRAM_").then(|| "0".to_string()));
+        c.apply_env_from(|n| (n == "ENGRAM_READ_BATCH_TOKENS").then(|| "many".to_string()));
+        assert_eq!(
+            (c.read_batch_tokens, c.prefill_batches_in_flight),
+            (1024, 2)
+        );
         c.ring_chunks = 0;
         assert!(c.validate().is_err());
     }
