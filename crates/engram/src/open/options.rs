@@ -183,6 +183,8 @@ pub static ENV_VARS: &[(&str, &str)] = &[
     ("ENGRAM_READERS", "readers"),
     ("ENGRAM_PREFILL_ORDER", "prefill_order"),
     ("ENGRAM_REUSE_MIB", "reuse_bytes"),
+    ("ENGRAM_READ_BATCH_TOKENS", "read_batch_tokens"),
+    ("ENGRAM_BATCHES_IN_FLIGHT", "prefill_batches_in_flight"),
 ];
 
 /// The option named `name`, if there is one.
