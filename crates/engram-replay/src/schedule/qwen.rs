@@ -333,6 +333,9 @@ fn distinct(ids: &[u32]) -> u64 {
 }
 
 /// FreeToken's source: the engine's io_uring backend, `O_DIRECT`, depth 64.
+// IoConfig is built by Default plus field assignment: it is becoming
+// #[non_exhaustive], which forbids struct literals from other crates.
+#[allow(clippy::field_reassign_with_default)]
 #[cfg(target_os = "linux")]
 fn freetoken_source(setup: &ScheduleSetup<'_>) -> Result<Arc<dyn engram::io::RowSource>> {
     let mut io = engram::io::IoConfig::default();
