@@ -92,6 +92,7 @@ pub const DS4_QWEN_PREFILL_CHUNK: u32 = 8192;
 pub const DS4_QWEN_CHUNKED_TOKENS: u32 = 256;
 
 /// FreeToken's io_uring queue depth.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub const FREETOKEN_DEPTH: usize = 64;
 
 /// Which Qwen4-Exp peer a [`QwenSchedule`] replays (see the module docs).
