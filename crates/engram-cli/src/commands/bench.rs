@@ -138,6 +138,9 @@ impl DeviceArgs {
 }
 
 impl Args {
+    // IoConfig is built by Default plus field assignment: it is becoming
+    // #[non_exhaustive], which forbids struct literals from other crates.
+    #[allow(clippy::field_reassign_with_default)]
     fn config(&self, family: Family) -> Result<BenchConfig> {
         let backend: Backend = self.backend.parse()?;
         let schedules = match self.schedule.as_deref() {

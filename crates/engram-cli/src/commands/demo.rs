@@ -72,6 +72,9 @@ pub enum DemoFamily {
 }
 
 /// Runs the demo.
+// IoConfig is built by Default plus field assignment: it is becoming
+// #[non_exhaustive], which forbids struct literals from other crates.
+#[allow(clippy::field_reassign_with_default)]
 pub fn run(args: &Args) -> Result<()> {
     let prompts = match &args.corpus {
         Some(dir) => prompt::corpus(dir, args.prefill, args.decode)?,

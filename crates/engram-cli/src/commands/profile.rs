@@ -107,6 +107,9 @@ struct HeldOutSummary {
 }
 
 /// Runs `engram profile`.
+// IoConfig is built by Default plus field assignment: it is becoming
+// #[non_exhaustive], which forbids struct literals from other crates.
+#[allow(clippy::field_reassign_with_default)]
 pub fn run(args: &Args) -> Result<()> {
     let model = Model::open(&args.model)?;
     let layout = match &args.layout_preset {

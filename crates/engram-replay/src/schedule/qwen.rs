@@ -92,6 +92,7 @@ pub const DS4_QWEN_PREFILL_CHUNK: u32 = 8192;
 pub const DS4_QWEN_CHUNKED_TOKENS: u32 = 256;
 
 /// FreeToken's io_uring queue depth.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub const FREETOKEN_DEPTH: usize = 64;
 
 /// Which Qwen4-Exp peer a [`QwenSchedule`] replays (see the module docs).
@@ -333,6 +334,9 @@ fn distinct(ids: &[u32]) -> u64 {
 }
 
 /// FreeToken's source: the engine's io_uring backend, `O_DIRECT`, depth 64.
+// IoConfig is built by Default plus field assignment: it is becoming
+// #[non_exhaustive], which forbids struct literals from other crates.
+#[allow(clippy::field_reassign_with_default)]
 #[cfg(target_os = "linux")]
 fn freetoken_source(setup: &ScheduleSetup<'_>) -> Result<Arc<dyn engram::io::RowSource>> {
     let mut io = engram::io::IoConfig::default();

@@ -339,30 +339,6 @@ pub fn write_hot_file(
     file::write(path, &header, &tables)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_saturate_into_the_map_exactly_and_rank_first() {
-        let layout = crate::layout::preset("deepseek-v4.1-flash", 65536).unwrap();
-        let mut counts = Counts::new(&layout);
-        let table = &mut counts.tables[0];
-        let max = u64::from(u16::MAX);
-        // Rows ending just below, at, and past the saturation point.
-        for (row, n) in [(10u32, max - 1), (11, max), (12, max + 5), (13, 3), (14, 3)] {
-            (0..n).for_each(|_| table.add(row));
-        }
-        for (row, n) in [(10u32, max - 1), (11, max), (12, max + 5), (13, 3), (0, 0)] {
-            assert_eq!(counts.count(0, row), n, "row {row}");
-        }
-        assert_eq!(counts.top(0, 2), vec![11, 12]);
-        assert_eq!(counts.top(0, 4), vec![10, 11, 12, 13]);
-        assert_eq!(counts.top(0, 9), vec![10, 11, 12, 13, 14]);
-        assert_eq!(counts.distinct(0), 5);
-    }
-}
-
 /// What a hot set serves of held-out text, one table: a prefill reads each
 /// distinct row of its prompt once, a decode step every row it looks up.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -424,5 +400,29 @@ impl HeldOutShare {
     /// Share of the decode lookups the hot set serves (0 without rows).
     pub fn decode_share(&self) -> f64 {
         self.decode_hot as f64 / self.decode_rows.max(1) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_saturate_into_the_map_exactly_and_rank_first() {
+        let layout = crate::layout::preset("deepseek-v4.1-flash", 65536).unwrap();
+        let mut counts = Counts::new(&layout);
+        let table = &mut counts.tables[0];
+        let max = u64::from(u16::MAX);
+        // Rows ending just below, at, and past the saturation point.
+        for (row, n) in [(10u32, max - 1), (11, max), (12, max + 5), (13, 3), (14, 3)] {
+            (0..n).for_each(|_| table.add(row));
+        }
+        for (row, n) in [(10u32, max - 1), (11, max), (12, max + 5), (13, 3), (0, 0)] {
+            assert_eq!(counts.count(0, row), n, "row {row}");
+        }
+        assert_eq!(counts.top(0, 2), vec![11, 12]);
+        assert_eq!(counts.top(0, 4), vec![10, 11, 12, 13]);
+        assert_eq!(counts.top(0, 9), vec![10, 11, 12, 13, 14]);
+        assert_eq!(counts.distinct(0), 5);
     }
 }
