@@ -255,7 +255,13 @@ def test_torch_compile_runs_the_hook_eagerly(tmp_path):
             got = torch.compile(model, backend="eager")(input_ids=ids, attention_mask=mask).logits
             explained = torch._dynamo.explain(model)(input_ids=ids, attention_mask=mask)
     assert same(got, want)
-    assert any("Attachment._rows" in r.reason for r in explained.break_reasons)
+    # The disabled function is named in the break's reason on some torch
+    # releases; torch 2.11 (CUDA build) failed a check of the reason alone,
+    # so its user stack counts too.
+    where = [r.reason + " " + " ".join(f.name for f in (getattr(r, "user_stack", None) or []))
+             for r in explained.break_reasons]
+    assert explained.graph_break_count > 0
+    assert any("_rows" in w for w in where), where
 
 
 def test_import_without_transformers_names_it():
