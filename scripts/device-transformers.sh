@@ -19,7 +19,8 @@
 # --only-binary=:all: --platform manylinux_2_28_x86_64 --python-version 3.12
 # transformers==5.23.0 safetensors pytest); torch and numpy come from the
 # host. Results: $OUT/transformers.tgz. TEST_TIMEOUT and BENCH_TIMEOUT (seconds,
-# default 300 and 330) bound the two parts, to fit one device call.
+# default 300 and 330) bound the two parts, to fit one device call;
+# TEST_SELECT, a pytest -k expression, runs some of the tests.
 set -euo pipefail
 wheels=${1:?usage: device-transformers.sh WHEEL_DIR}
 final=${OUT:?set OUT to the directory the results go to}
@@ -42,7 +43,7 @@ py=python3
 "$py" -c "import torch, transformers, engram; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)" | tee "$out/versions.txt"
 
 stamp "bit-exact tests"
-(cd crates/engram-py/tests && timeout "${TEST_TIMEOUT:-300}" "$py" -m pytest -q -p no:cacheprovider test_transformers.py 2>&1 | tail -40) | tee "$out/tests.txt" || true
+(cd crates/engram-py/tests && timeout "${TEST_TIMEOUT:-300}" "$py" -m pytest -q -p no:cacheprovider --tb=short --show-capture=no ${TEST_SELECT:+-k "$TEST_SELECT"} test_transformers.py 2>&1 | tail -40) | tee "$out/tests.txt" || true
 
 stamp "bench"
 timeout "${BENCH_TIMEOUT:-330}" "$py" - "$work/model" "$out" <<'PY' 2>&1 | tee "$out/bench.txt" || true

@@ -54,6 +54,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1000)]
     pub decode: usize,
     /// Compute model: gpu:m4-max-ds4, gpu:flash, gpu:m4-max-qwen38, gpu:m1-max-qwen38,
+    /// gpu:h200-transformers-qwen38,
     /// gpu:custom:PREFILL_US,DECODE_US[,LAYERS], cpu or
     /// cpu:layers=L,dim=D,heads=H,ffn=F,conv=C,seed=S. Default:
     /// gpu:m4-max-ds4 for a DeepSeek model, gpu:m4-max-qwen38 for a

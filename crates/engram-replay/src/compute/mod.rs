@@ -67,7 +67,8 @@ pub enum ComputeSpec {
 
 impl ComputeSpec {
     /// Parses `gpu:NAME` (a name of [`PROFILES`]: `m4-max-ds4`,
-    /// `flash`, `m4-max-qwen38`, `m1-max-qwen38`), `gpu:custom:PREFILL_US,DECODE_US[,LAYERS]`
+    /// `flash`, `m4-max-qwen38`, `m1-max-qwen38`, `h200-transformers-qwen38`),
+    /// `gpu:custom:PREFILL_US,DECODE_US[,LAYERS]`
     /// (microseconds per token per layer in prefill, per layer in decode),
     /// `cpu` or `cpu:KEY=VALUE,..` (see [`CpuShape::parse`]).
     pub fn parse(text: &str) -> Result<ComputeSpec> {
