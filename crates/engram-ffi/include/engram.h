@@ -209,7 +209,8 @@ typedef struct engram_options {
   // reader thread (default `ENGRAM_READERS_NORMAL`; ENGRAM_READERS).
   uint32_t readers;
   // Prefill read batches in flight at once, at most one per table
-  // (default 1).
+  // (default 2: the most urgent first, the others with the depth it
+  // leaves free).
   uint32_t prefill_batches_in_flight;
   // Bytes per table of a prefill's reuse store (default 16 MiB; 0: no
   // whole-prompt dedup; ENGRAM_REUSE_MIB).

@@ -26,7 +26,7 @@ fn env_applies_only_when_asked_and_bad_values_are_named() {
     let plain = defaults();
     assert_eq!(plain.readers, ENGRAM_READERS_NORMAL);
     assert_eq!(plain.reuse_bytes, 16 << 20);
-    assert_eq!((plain.prefetch, plain.prefill_batches_in_flight), (1, 1));
+    assert_eq!((plain.prefetch, plain.prefill_batches_in_flight), (1, 2));
     assert_eq!(plain.format, ENGRAM_FORMAT_RAW);
 
     let mut opts = plain;

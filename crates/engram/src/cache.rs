@@ -159,7 +159,8 @@ impl RowCache {
         if priority == Priority::Warm {
             return false;
         }
-        if priority == Priority::Prefill && !self.door.seen_before(table, row) {
+        let prefill = matches!(priority, Priority::Prefill | Priority::PrefillLater);
+        if prefill && !self.door.seen_before(table, row) {
             return false;
         }
         self.insert(table, row, bytes);

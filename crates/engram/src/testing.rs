@@ -262,11 +262,21 @@ pub struct MemSource {
     pub delay: Option<Duration>,
     /// Added time per row of a call, as a device of fixed throughput:
     /// calls of many rows take longer, and the calls of several readers
-    /// take turns (one at a time, as one device serves them).
+    /// take turns (one at a time, as one device serves them). A
+    /// [`Priority::PrefillLater`] call is served a row at a time, and only
+    /// while no call of another priority holds or waits for the device
+    /// (as the file sources serve it: with the depth the others leave).
     pub row_delay: Option<Duration>,
     /// Serializes the calls under `row_delay`.
     pub device: std::sync::Mutex<()>,
-    /// Rows of [`Priority::Prefill`] calls so far, per table (two tables).
+    /// Calls other than [`Priority::PrefillLater`] holding or waiting for
+    /// `device`: a later call yields to them.
+    pub urgent: AtomicUsize,
+    /// Rows served at [`Priority::PrefillLater`] so far, counted as each
+    /// is served (not at the end of its call).
+    pub later_rows: AtomicUsize,
+    /// Rows of [`Priority::Prefill`] and [`Priority::PrefillLater`] calls
+    /// so far, per table (two tables).
     pub prefill_rows: [AtomicUsize; 2],
     /// Read calls so far.
     pub calls: AtomicUsize,
@@ -274,8 +284,12 @@ pub struct MemSource {
     pub hint_calls: AtomicUsize,
     /// Rows read at [`Priority::Warm`] so far, per table (two tables).
     pub warm_rows: [AtomicUsize; 2],
-    /// The table of every read call at [`Priority::Prefill`], in call order.
+    /// The table of every read call at [`Priority::Prefill`] or
+    /// [`Priority::PrefillLater`], in call order.
     pub prefill_tables: std::sync::Mutex<Vec<usize>>,
+    /// The table and priority of every prefill read call (as
+    /// `prefill_tables`), in the order the calls finished.
+    pub prefill_calls: std::sync::Mutex<Vec<(usize, Priority)>>,
 }
 
 impl MemSource {
@@ -291,6 +305,37 @@ impl MemSource {
                 })
                 .collect(),
             ..MemSource::default()
+        }
+    }
+}
+
+impl MemSource {
+    /// Holds the device for `rows` rows of `per_row` each: a
+    /// [`Priority::PrefillLater`] call a row at a time, each only while no
+    /// other call holds or waits for the device; any other call at once.
+    fn serve(&self, priority: Priority, rows: usize, per_row: Duration) {
+        let lock = || self.device.lock().unwrap_or_else(|p| p.into_inner());
+        if priority != Priority::PrefillLater {
+            self.urgent.fetch_add(1, Ordering::SeqCst);
+            let device = lock();
+            std::thread::sleep(per_row * rows as u32);
+            drop(device);
+            self.urgent.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        let mut left = rows;
+        while left > 0 {
+            if self.urgent.load(Ordering::SeqCst) > 0 {
+                std::thread::yield_now();
+                continue;
+            }
+            let device = lock();
+            if self.urgent.load(Ordering::SeqCst) == 0 {
+                std::thread::sleep(per_row);
+                left -= 1;
+                self.later_rows.fetch_add(1, Ordering::Relaxed);
+            }
+            drop(device);
         }
     }
 }
@@ -313,7 +358,8 @@ impl RowSource for MemSource {
                 count.fetch_add(rows.len(), Ordering::Relaxed);
             }
         }
-        if priority == Priority::Prefill {
+        let prefill = matches!(priority, Priority::Prefill | Priority::PrefillLater);
+        if prefill {
             self.prefill_tables
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -323,13 +369,16 @@ impl RowSource for MemSource {
             std::thread::sleep(d); // stands in for device latency
         }
         if let Some(d) = self.row_delay {
-            let _device = self.device.lock().unwrap_or_else(|p| p.into_inner());
-            std::thread::sleep(d * rows.len() as u32);
+            self.serve(priority, rows.len(), d);
         }
-        if priority == Priority::Prefill {
+        if prefill {
             if let Some(count) = self.prefill_rows.get(table) {
                 count.fetch_add(rows.len(), Ordering::Relaxed);
             }
+            self.prefill_calls
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push((table, priority));
         }
         assert_eq!(out.len(), rows.len() * ROW_BYTES, "caller sized out wrong");
         for (row, dst) in rows

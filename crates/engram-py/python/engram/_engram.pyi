@@ -122,7 +122,7 @@ def open(
     ring_chunks: Optional[int] = 2,
     first_chunk_tokens: Optional[int] = 128,
     read_batch_tokens: Optional[int] = 256,
-    prefill_batches_in_flight: Optional[int] = 1,
+    prefill_batches_in_flight: Optional[int] = 2,
     prefill_order: Optional[Literal["auto", "chunk"]] = "auto",
     reuse_bytes: Optional[int] = 16777216,
     warm_page_cache: Optional[bool] = True,

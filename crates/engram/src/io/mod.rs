@@ -65,6 +65,15 @@ pub enum Priority {
     /// output buffer as it was). Read later at [`Priority::Prefill`], they
     /// come from the page cache.
     Warm,
+    /// A prefill's rows needed after those of another batch the same
+    /// prefill has in flight (the next table's ring while the consumer is
+    /// blocked on the first): served only with the depth that demand and
+    /// prefill work leave free, as hints are but without their share cap,
+    /// and kept by a row cache as [`Priority::Prefill`] rows are. So a
+    /// second batch keeps the device's queue full through the first one's
+    /// tail and the gap before the next, without taking the device from
+    /// the rows needed first (reads in deadline order).
+    PrefillLater,
 }
 
 /// One table as a source serves it: how many rows, how many bytes each.

@@ -7,7 +7,8 @@
 //! batch. Two queues give demand work precedence: an idle worker always
 //! looks at the demand queue first, hint jobs get at most a quarter of the
 //! workers, and a worker on a hint job goes back to the demand queue after
-//! each read when demand work is waiting.
+//! each read when demand work is waiting. Later prefill jobs
+//! ([`Priority::PrefillLater`]) share the hint queue without the cap.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -263,8 +264,13 @@ impl ReadEngine for PsyncEngine {
             wake: Condvar::new(),
         });
         let n = n - inline;
+        // Later prefill rows go with hints: a worker takes them only when no
+        // demand job is queued and goes back to demand after each read when
+        // one is; unlike hints they may take every worker, so they fill all
+        // the depth demand leaves (a batch's tail, the gap before the next).
         let (queue, helpers) = match priority {
             Priority::Demand | Priority::Prefill | Priority::Warm => (&self.demand, self.depth),
+            Priority::PrefillLater => (&self.hint, self.depth),
             Priority::Hint => (&self.hint, (self.depth / 4).max(1)),
         };
         if let Some(queue) = queue {

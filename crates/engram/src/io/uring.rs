@@ -179,9 +179,12 @@ impl ReadEngine for UringEngine {
     }
 
     fn submit(&self, ops: Vec<ReadOp>, buf: BounceBuf, priority: Priority) -> Pending {
-        // The ring has two queues: every priority but hints is demand.
+        // The ring has three queues: demand (every priority that is needed
+        // first), later prefill rows (the depth demand leaves), hints (the
+        // same, capped).
         let priority = match priority {
             Priority::Hint => Priority::Hint,
+            Priority::PrefillLater => Priority::PrefillLater,
             Priority::Demand | Priority::Prefill | Priority::Warm => Priority::Demand,
         };
         let mut buf = match check_submission(&ops, buf) {
@@ -321,9 +324,10 @@ impl RingLoop {
         }
     }
 
-    /// Pushes reads until the queue holds `depth`: demand batches first.
+    /// Pushes reads until the queue holds `depth`: demand batches first,
+    /// then later prefill batches, then hints (at most `hint_cap`).
     fn fill(&mut self) {
-        for priority in [Priority::Demand, Priority::Hint] {
+        for priority in [Priority::Demand, Priority::PrefillLater, Priority::Hint] {
             for slot in 0..self.slots.len() {
                 while self.in_flight < self.depth {
                     if priority == Priority::Hint && self.hint_in_flight >= self.hint_cap {

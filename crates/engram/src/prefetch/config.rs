@@ -96,7 +96,11 @@ pub struct PrefetchConfig {
     /// is published when read (default 256).
     pub read_batch_tokens: u32,
     /// Read batches of one prefill in flight at once, at most one per table
-    /// (default 1: the device serves the most urgent batch first).
+    /// (default 2). The most urgent goes to the device first; the others
+    /// are read with the depth it leaves free
+    /// ([`crate::io::Priority::PrefillLater`]), so the device's queue stays
+    /// full between batches and a second table's ring fills while the
+    /// consumer is blocked on the first.
     pub prefill_batches_in_flight: usize,
     /// The order the runtime's prefill consumes the tables in
     /// (ENGRAM_PREFILL_ORDER=auto or chunk; default [`PrefillOrder::Auto`]).
@@ -172,7 +176,7 @@ impl Default for PrefetchConfig {
             chunk_tokens: 1024,
             first_chunk_tokens: 128,
             read_batch_tokens: 256,
-            prefill_batches_in_flight: 1,
+            prefill_batches_in_flight: 2,
             prefill_order: PrefillOrder::Auto,
             ring_chunks: 2,
             reuse_bytes: DEFAULT_REUSE_BYTES,

@@ -314,6 +314,10 @@ fn a_chunk_order_reads_every_tables_first_chunk_before_the_next_chunk() {
         let engine = engine_without_store(&source, |c| {
             c.prefill_order = order;
             c.warm_page_cache = false;
+            // One batch at a time: the order the batches are picked in is
+            // then the order the source sees them (a second one in flight
+            // would start at once, behind the first).
+            c.prefill_batches_in_flight = 1;
         });
         let probe = source.clone();
         within(LIMIT, move || {
@@ -457,4 +461,69 @@ fn waits_as_wide_as_the_ring_let_table_1_read_ahead_as_narrow_ones_do() {
     // The ring alone holds 32 tokens of 24 rows.
     assert!(narrow >= 32 * 24, "narrow waits: {narrow} rows");
     assert!(wide >= narrow, "wide waits: {wide} rows, narrow {narrow}");
+}
+
+/// A layer-sweep host on table 0, its waits as wide as the ring: table
+/// 1's rows are read meanwhile, but only behind table 0's
+/// ([`Priority::PrefillLater`], which the source serves with the depth
+/// table 0 leaves: here while the host computes with table 0's ring full),
+/// and table 0's are never read behind anything. Before, table 1 was read
+/// only once table 0 had nothing left to schedule, and then as urgently as
+/// table 0: a wait on table 0 that came while one of table 1's batches was
+/// in flight waited for all of it.
+#[test]
+fn the_next_tables_reads_fill_the_device_behind_the_blocked_one() {
+    use crate::io::Priority;
+    use std::sync::atomic::Ordering;
+    let mut mem = MemSource::for_layout(&layout());
+    mem.row_delay = Some(Duration::from_micros(5));
+    let source = Arc::new(mem);
+    let mut config = small_prefetch();
+    config.reuse_bytes = 0;
+    config.warm_page_cache = false;
+    assert_eq!(config.prefill_batches_in_flight, 2, "the default");
+    let engine = Engine::new(source.clone(), layout(), config).unwrap();
+    let probe = source.clone();
+    within(LIMIT, move || {
+        let mut seq = engine.sequence();
+        let n = 256;
+        let width = 32; // the whole ring
+        let tokens = prompt(n);
+        let (cols, ids) = (seq.rows_per_token(), seq.row_ids(&tokens, None).unwrap());
+        let mut prefill = seq.prefill(&tokens, None).unwrap();
+        assert_eq!(prefill.max_wait_tokens(), width);
+        let check = |prefill: &mut super::Prefill<'_>, table: usize, upto: u32| {
+            let view = prefill.wait(table, upto).unwrap();
+            let from = view.first_token() as usize;
+            let want = expected(&ids, cols, table, from..upto as usize);
+            assert!(view.to_vec() == want, "table {table} tokens {from}..{upto}");
+        };
+        for upto in (width..=n).step_by(width as usize) {
+            check(&mut prefill, 0, upto);
+            // Layer 1 on the piece: table 0's ring is full meanwhile.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let calls = super::sync::lock_std(&probe.prefill_calls).clone();
+        let behind = probe.later_rows.load(Ordering::Relaxed);
+        for upto in (width..=n).step_by(width as usize) {
+            check(&mut prefill, 1, upto);
+        }
+        // The calls that ended before table 0's last one: all scheduled
+        // while table 0 still had rows to deliver.
+        let last = calls.iter().rposition(|&(table, _)| table == 0).unwrap();
+        let during = &calls[..last];
+        assert!(
+            calls
+                .iter()
+                .all(|&(table, p)| table == 1 || p == Priority::Prefill),
+            "table 0 read behind another batch: {calls:?}"
+        );
+        assert!(
+            during
+                .iter()
+                .all(|&(table, p)| table == 0 || p == Priority::PrefillLater),
+            "table 1 read ahead of table 0: {calls:?}"
+        );
+        assert!(behind > 0, "table 1 read nothing while table 0 was read");
+    });
 }

@@ -176,26 +176,34 @@ impl TableJob {
         self.prompt.table_rows(self.table, start, end)
     }
 
-    /// How this table's prefill reads go to the source.
-    fn read_ctx(&self, phase: Phase) -> ReadCtx<'_> {
+    /// How this table's prefill reads go to the source, at `priority`
+    /// ([`Priority::Prefill`], or [`Priority::PrefillLater`] for a batch
+    /// needed after another one in flight).
+    fn read_ctx(&self, phase: Phase, priority: Priority) -> ReadCtx<'_> {
         ReadCtx {
             source: &self.source,
             stats: &self.stats,
             phase,
-            priority: Priority::Prefill,
+            priority,
             batch: self.plan.batch,
         }
     }
 
     /// Reads tokens `start..end` into their ring slots (split where the ring
-    /// wraps).
+    /// wraps), at `priority`.
     ///
     /// Caller guarantees: no consumer view covers those slots (`end <=
     /// released + ring_tokens` and `start >= ready`), and no other reader of
     /// this job runs (one chunk in flight, or the consumer reading at the
     /// wait with no pool reader scheduled).
-    pub(super) fn read_range(&self, start: u32, end: u32, phase: Phase) -> Result<()> {
-        let ctx = self.read_ctx(phase);
+    pub(super) fn read_range(
+        &self,
+        start: u32,
+        end: u32,
+        phase: Phase,
+        priority: Priority,
+    ) -> Result<()> {
+        let ctx = self.read_ctx(phase, priority);
         let cap = self.plan.ring_tokens;
         let mut t = start;
         while t < end {
@@ -229,12 +237,12 @@ impl TableJob {
 
     /// Reads the rows of tokens `start..end` that the reuse store lacks into
     /// it, each keyed by its first use in the range (as many as it has free
-    /// slots for, earliest first).
+    /// slots for, earliest first), at `priority`.
     ///
     /// Caller guarantees no other reader of this job runs (the table is
     /// busy with this batch), so the store does not change between the two
     /// locks.
-    pub(super) fn read_ahead(&self, start: u32, end: u32) -> Result<()> {
+    pub(super) fn read_ahead(&self, start: u32, end: u32, priority: Priority) -> Result<()> {
         let Some(reuse) = &self.reuse else {
             return Ok(());
         };
@@ -248,7 +256,7 @@ impl TableJob {
                 .map(|(token, row)| (row, token))
                 .unzip()
         };
-        let ctx = self.read_ctx(Phase::Prefill);
+        let ctx = self.read_ctx(Phase::Prefill, priority);
         let stored_bytes = self.stored_bytes();
         // Taken out of its lock for the read: the store's lock is taken
         // below, and the batch path takes the two the other way round.

@@ -26,11 +26,17 @@
 //! consumer, instead of leaving the device idle.
 //!
 //! A prefill keeps at most `prefill_batches_in_flight` batches in flight
-//! (one per table at most, so each table publishes in order) and picks the
-//! next by [`PrefillCore::rank`]: a table a consumer is blocked on; then a
-//! table whose consumer has waited before and whose reader is less than one
-//! ring chunk ahead of it (earliest tokens first); then the lowest table
-//! with ring room. So when every token goes through a layer before the next
+//! (default 2, one per table at most, so each table publishes in order)
+//! and picks the next by [`PrefillCore::rank`]. The most urgent in flight
+//! is read at [`Priority::Prefill`]; one that ranks after it, or belongs to
+//! a table whose layer comes after one with rows still to deliver, at
+//! [`Priority::PrefillLater`], which the source serves only with the depth
+//! the others leave: reads reach the device in deadline order, and its
+//! queue stays full between the urgent table's batches (and while that
+//! table's ring is full) with the next table's reads. The rank: a table
+//! a consumer is blocked on; then a table whose consumer has waited before
+//! and whose reader is less than one ring chunk ahead of it (earliest
+//! tokens first); then the lowest table with ring room. So when every token goes through a layer before the next
 //! one (a layer sweep), table 0 gets the whole device until its ring is full
 //! and table 1 reads only with what is left until its layer is reached;
 //! when ubatches go through all layers (a chunk sweep), table 1 becomes
@@ -46,7 +52,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::pool::PoolShared;
-use super::source::RowSource;
+use super::source::{Priority, RowSource};
 use super::view::RowsView;
 use super::PrefillOrder;
 use crate::codec::Encoding;
@@ -292,7 +298,8 @@ fn read_at_wait(job: &TableJob, upto: u32) -> Result<()> {
         return Err(e);
     }
     if have < upto {
-        if let Err(e) = job.read_range(have, upto, Phase::Prefill) {
+        // The consumer is blocked on these rows: nothing is needed sooner.
+        if let Err(e) = job.read_range(have, upto, Phase::Prefill, Priority::Prefill) {
             job.ready.fail(super::ready::duplicate_error(&e));
             return Err(e);
         }

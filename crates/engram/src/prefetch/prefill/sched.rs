@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use super::super::guard::{panic_message, Leaving, PanicSite};
 use super::super::pool::{Parked, PoolShared, Task};
 use super::super::ready::InFlight;
+use super::super::source::Priority;
 use super::super::sync::{lock_std as lock, CacheLine};
 use super::job::TableJob;
 use super::Plan;
@@ -27,6 +28,9 @@ struct Sched {
     warm: Vec<u32>,
     /// Per table: a batch is queued or running.
     busy: Vec<bool>,
+    /// Per table: the kind and first token of the batch queued or running
+    /// (meaningful while `busy`), to rank it against the next one.
+    running: Vec<(Kind, u32)>,
     /// Per table: a batch failed (its waiters get the error; the other
     /// tables go on).
     failed: Vec<bool>,
@@ -79,6 +83,7 @@ impl PrefillCore {
                 ahead: vec![0; tables],
                 warm: vec![0; tables],
                 busy: vec![false; tables],
+                running: vec![(Kind::Ring, 0); tables],
                 failed: vec![false; tables],
                 in_flight: 0,
                 stopped: false,
@@ -206,6 +211,15 @@ impl PrefillCore {
     /// with ring room, by [`PrefillCore::rank`]; if that leaves nothing in
     /// flight while ring tokens are left, the pool polls the prefill until
     /// its consumer frees room ([`Parked`]).
+    ///
+    /// A batch that ranks after another one in flight is read at
+    /// [`Priority::PrefillLater`]: the source serves it only with the depth
+    /// the earlier-needed batch leaves free. So a second batch keeps the
+    /// device's queue full through the first one's tail and the gap before
+    /// the next without splitting the device between them: the reads go in
+    /// deadline order, and a table with ring or store room is read while
+    /// the consumer is blocked on another (measured before: a layer sweep
+    /// read table 1 only once table 0 had nothing left to schedule).
     pub(super) fn try_schedule(self: &Arc<Self>) {
         if self.schedule() {
             let weak: std::sync::Weak<PrefillCore> = Arc::downgrade(self);
@@ -256,7 +270,27 @@ impl PrefillCore {
                     Kind::Ahead => s.ahead[table] = end,
                     Kind::Warm => s.warm[table] = end,
                 }
+                let rank = self.rank(table, start, kind);
+                let behind = (0..self.jobs.len()).any(|other| {
+                    let (k, at) = s.running[other];
+                    s.busy[other] && self.rank(other, at, k) < rank
+                });
+                // Not urgent (rank 2) and past the first table with rows
+                // left to deliver: a table whose layer comes later, read
+                // before the consumer reaches it. Read behind, even with
+                // nothing else in flight: the earlier table's next batch
+                // then takes the device back at once, instead of waiting
+                // for this one to finish.
+                let early = rank.0 == 2
+                    && (0..table)
+                        .any(|t| self.jobs[t].ready.count() < self.plan.tokens && !s.failed[t]);
+                let priority = if behind || early {
+                    Priority::PrefillLater
+                } else {
+                    Priority::Prefill
+                };
                 s.busy[table] = true;
+                s.running[table] = (kind, start);
                 s.in_flight += 1;
                 self.flight.enter();
                 ready.push(ChunkTask {
@@ -265,6 +299,7 @@ impl PrefillCore {
                     kind,
                     start,
                     end,
+                    priority,
                 });
             }
             parked = !s.stopped
@@ -352,6 +387,9 @@ struct ChunkTask {
     kind: Kind,
     start: u32,
     end: u32,
+    /// [`Priority::Prefill`], or [`Priority::PrefillLater`] when it was
+    /// scheduled behind a more urgent batch in flight.
+    priority: Priority,
 }
 
 impl Task for ChunkTask {
@@ -362,6 +400,7 @@ impl Task for ChunkTask {
             kind,
             start,
             end,
+            priority,
         } = *self;
         // Leaves the prefill's count on every exit, a panic included.
         let flight = core.flight.clone();
@@ -372,11 +411,12 @@ impl Task for ChunkTask {
             let result = if job.ready.is_cancelled() {
                 Err(Error::Cancelled)
             } else if kind == Kind::Ahead {
-                job.read_ahead(start, end).map(|()| end)
+                job.read_ahead(start, end, priority).map(|()| end)
             } else if kind == Kind::Warm {
                 job.warm(start, end).map(|()| end)
             } else {
-                job.read_range(start, end, Phase::Prefill).map(|()| end)
+                job.read_range(start, end, Phase::Prefill, priority)
+                    .map(|()| end)
             };
             core.finish_batch(table, kind, result);
         }));
