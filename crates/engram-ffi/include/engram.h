@@ -296,6 +296,29 @@ typedef struct engram_rows {
   uint32_t format;
 } engram_rows;
 
+// What `engram_hint_ex` reads: a draft chain and alternatives of the next
+// token, with probabilities. A pointer may be NULL when its count is 0.
+typedef struct engram_hints {
+  // The draft chain: `draft[i]` guesses the token `i + 1` positions
+  // after the sequence's last one (at most 16).
+  const uint32_t *draft;
+  // Tokens in `draft`.
+  size_t n_draft;
+  // Per draft token, its probability given the chain before it, in
+  // [0, 1]; NULL and 0 for 1 each, else `n_draft` of them.
+  const float *draft_probs;
+  // Values in `draft_probs` (0 or `n_draft`).
+  size_t n_draft_probs;
+  // Other guesses of the next token (a top-k; at most 32).
+  const uint32_t *alternatives;
+  // Tokens in `alternatives`.
+  size_t n_alternatives;
+  // Per alternative, its probability in [0, 1].
+  const float *alternative_probs;
+  // Values in `alternative_probs` (`n_alternatives`).
+  size_t n_alternative_probs;
+} engram_hints;
+
 // Stall of one phase of a sequence: the wall time its consumer spent
 // blocked in waits, per token summed over the tables.
 typedef struct engram_stall {
@@ -539,13 +562,35 @@ enum engram_status engram_step_wait_into(struct engram_seq *seq,
                                          size_t out_len,
                                          size_t *written);
 
-// Reads, at low priority into the row cache, the rows `tokens[0..n]` would
-// have as the sequence's next token (each a separate guess, e.g. draft
-// tokens). Nothing waits on hints; useful only with a row cache.
+// Reads, at low priority into the row cache, the rows of a draft chain:
+// `tokens[i]` guesses the token `i + 1` positions after the sequence's
+// last one, hashed after `tokens[0..i]` (as a multi-token-prediction head
+// drafts; `engram_hint_ex` adds probabilities and alternatives). At most
+// 16 tokens. Nothing waits on hints; useful only with a row cache. A step
+// that begins drops the hints it makes stale.
 //
 // # Safety
 // `tokens` is NULL or points at `n` readable ids.
 enum engram_status engram_hint(struct engram_seq *seq, const uint32_t *tokens, size_t n);
+
+// Reads, at low priority into the row cache, the rows of `hints`: the
+// draft chain's tokens (each needed with the product of the chain's
+// probabilities up to it) and the alternatives (each needed with its own
+// probability), likeliest first. A token given twice for one position is
+// read once. A step that begins drops the hints it makes stale (those of
+// its position, and those after a guess of it that was wrong); a rollback
+// or a prefill drops them all. The stats JSON counts each kind's hinted
+// rows read, used and dropped (`hint_use`).
+//
+// `ENGRAM_INVALID_ARGUMENT`, naming the field, for more than 16 draft
+// tokens or 32 alternatives, probability counts that do not match, a
+// probability outside [0, 1] or NaN, or a token outside the vocabulary;
+// nothing is read then.
+//
+// # Safety
+// `hints` is NULL or points at a readable `engram_hints` whose non-NULL
+// pointers point at as many readable values as their counts say.
+enum engram_status engram_hint_ex(struct engram_seq *seq, const struct engram_hints *hints);
 
 // Sets `*json` to a JSON document of this sequence's stats (prefill,
 // decode, hints; per table: waits, stall per token, rows, reads, bytes,

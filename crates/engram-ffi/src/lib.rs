@@ -48,9 +48,9 @@ pub use prefill::{
 };
 pub use rows::engram_rows;
 pub use seq::{
-    engram_hint, engram_seq, engram_seq_free, engram_seq_new, engram_seq_row_ids, engram_seq_stall,
-    engram_seq_stats_json, engram_stall, engram_step_begin, engram_step_wait,
-    engram_step_wait_into, ENGRAM_PHASE_DECODE, ENGRAM_PHASE_PREFILL,
+    engram_hint, engram_hint_ex, engram_hints, engram_seq, engram_seq_free, engram_seq_new,
+    engram_seq_row_ids, engram_seq_stall, engram_seq_stats_json, engram_stall, engram_step_begin,
+    engram_step_wait, engram_step_wait_into, ENGRAM_PHASE_DECODE, ENGRAM_PHASE_PREFILL,
 };
 pub use status::{engram_last_error, engram_status, engram_status_name};
 pub use text::engram_string_free;

@@ -322,9 +322,12 @@ pub unsafe extern "C" fn engram_step_wait_into(
     })
 }
 
-/// Reads, at low priority into the row cache, the rows `tokens[0..n]` would
-/// have as the sequence's next token (each a separate guess, e.g. draft
-/// tokens). Nothing waits on hints; useful only with a row cache.
+/// Reads, at low priority into the row cache, the rows of a draft chain:
+/// `tokens[i]` guesses the token `i + 1` positions after the sequence's
+/// last one, hashed after `tokens[0..i]` (as a multi-token-prediction head
+/// drafts; `engram_hint_ex` adds probabilities and alternatives). At most
+/// 16 tokens. Nothing waits on hints; useful only with a row cache. A step
+/// that begins drops the hints it makes stale.
 ///
 /// # Safety
 /// `tokens` is NULL or points at `n` readable ids.
@@ -338,6 +341,80 @@ pub unsafe extern "C" fn engram_hint(
         // SAFETY: forwarded from the caller's contract.
         let tokens = unsafe { slice_in(tokens, n, "tokens") }?;
         obj.lock()?.seq.hint(tokens)?;
+        Ok(())
+    })
+}
+
+/// What `engram_hint_ex` reads: a draft chain and alternatives of the next
+/// token, with probabilities. A pointer may be NULL when its count is 0.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(non_camel_case_types)]
+pub struct engram_hints {
+    /// The draft chain: `draft[i]` guesses the token `i + 1` positions
+    /// after the sequence's last one (at most 16).
+    pub draft: *const u32,
+    /// Tokens in `draft`.
+    pub n_draft: usize,
+    /// Per draft token, its probability given the chain before it, in
+    /// [0, 1]; NULL and 0 for 1 each, else `n_draft` of them.
+    pub draft_probs: *const f32,
+    /// Values in `draft_probs` (0 or `n_draft`).
+    pub n_draft_probs: usize,
+    /// Other guesses of the next token (a top-k; at most 32).
+    pub alternatives: *const u32,
+    /// Tokens in `alternatives`.
+    pub n_alternatives: usize,
+    /// Per alternative, its probability in [0, 1].
+    pub alternative_probs: *const f32,
+    /// Values in `alternative_probs` (`n_alternatives`).
+    pub n_alternative_probs: usize,
+}
+
+/// Reads, at low priority into the row cache, the rows of `hints`: the
+/// draft chain's tokens (each needed with the product of the chain's
+/// probabilities up to it) and the alternatives (each needed with its own
+/// probability), likeliest first. A token given twice for one position is
+/// read once. A step that begins drops the hints it makes stale (those of
+/// its position, and those after a guess of it that was wrong); a rollback
+/// or a prefill drops them all. The stats JSON counts each kind's hinted
+/// rows read, used and dropped (`hint_use`).
+///
+/// `ENGRAM_INVALID_ARGUMENT`, naming the field, for more than 16 draft
+/// tokens or 32 alternatives, probability counts that do not match, a
+/// probability outside [0, 1] or NaN, or a token outside the vocabulary;
+/// nothing is read then.
+///
+/// # Safety
+/// `hints` is NULL or points at a readable `engram_hints` whose non-NULL
+/// pointers point at as many readable values as their counts say.
+#[no_mangle]
+pub unsafe extern "C" fn engram_hint_ex(
+    seq: *mut engram_seq,
+    hints: *const engram_hints,
+) -> engram_status {
+    call_on("engram_hint_ex", seq, |obj| {
+        // SAFETY: forwarded from the caller's contract (checked for NULL).
+        let h = unsafe { slice_in(hints, 1, "hints") }?[0];
+        // SAFETY: forwarded from the caller's contract.
+        let draft = unsafe { slice_in(h.draft, h.n_draft, "hints.draft") }?;
+        // SAFETY: forwarded from the caller's contract.
+        let draft_probs = unsafe { slice_in(h.draft_probs, h.n_draft_probs, "hints.draft_probs") }?;
+        // SAFETY: forwarded from the caller's contract.
+        let alternatives =
+            unsafe { slice_in(h.alternatives, h.n_alternatives, "hints.alternatives") }?;
+        // SAFETY: forwarded from the caller's contract.
+        let alternative_probs = unsafe {
+            slice_in(
+                h.alternative_probs,
+                h.n_alternative_probs,
+                "hints.alternative_probs",
+            )
+        }?;
+        let hints = engram::Hints::draft(draft)
+            .with_draft_probs(draft_probs)
+            .with_alternatives(alternatives, alternative_probs);
+        obj.lock()?.seq.hint(hints)?;
         Ok(())
     })
 }

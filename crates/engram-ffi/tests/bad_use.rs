@@ -466,6 +466,75 @@ fn strings_free_once_and_stats_cover_freed_sequences() {
     }
 }
 
+/// An `engram_hints` of these slices (counts as given).
+fn hints(draft: &[u32], draft_probs: &[f32], alts: &[u32], alt_probs: &[f32]) -> engram_hints {
+    engram_hints {
+        draft: draft.as_ptr(),
+        n_draft: draft.len(),
+        draft_probs: draft_probs.as_ptr(),
+        n_draft_probs: draft_probs.len(),
+        alternatives: alts.as_ptr(),
+        n_alternatives: alts.len(),
+        alternative_probs: alt_probs.as_ptr(),
+        n_alternative_probs: alt_probs.len(),
+    }
+}
+
+#[test]
+fn hints_with_alternatives_are_checked_and_counted_per_kind() {
+    let f = open();
+    // SAFETY: (this test) every pointer is NULL or valid for its count.
+    unsafe {
+        let seq = new_seq(f.engine);
+        let bad = [
+            (hints(&[5, 6], &[0.5, f32::NAN], &[], &[]), "draft_probs[1]"),
+            (hints(&[5, 6], &[0.5], &[], &[]), "draft_probs"),
+            (hints(&[5], &[], &[7, 8], &[0.5]), "alternative_probs"),
+            (hints(&[5], &[], &[7], &[1.5]), "alternative_probs[0]"),
+            (hints(&[5; 17], &[], &[], &[]), "draft"),
+            (hints(&[], &[], &[7; 33], &[0.1; 33]), "alternatives"),
+            (hints(&[VOCAB], &[], &[], &[]), "outside the vocabulary"),
+        ];
+        for (h, name) in &bad {
+            expect(engram_hint_ex(seq, h), ENGRAM_INVALID_ARGUMENT, name);
+        }
+        expect(engram_hint_ex(seq, null()), ENGRAM_NULL_POINTER, "hints");
+        let mut no_draft = hints(&[], &[], &[], &[]);
+        no_draft.n_draft = 2;
+        no_draft.draft = null();
+        expect(
+            engram_hint_ex(seq, &no_draft),
+            ENGRAM_NULL_POINTER,
+            "hints.draft",
+        );
+        // A draft chain 5, 6 and an alternative 7 of the next token; the
+        // next token is 5: 5 and 7 are resolved (read or dropped), 6 (after
+        // 5) is still to come.
+        ok(engram_hint_ex(
+            seq,
+            &hints(&[5, 6], &[0.9, 0.5], &[7], &[0.3]),
+        ));
+        ok(engram_step_begin(seq, 5));
+        let mut json: *mut c_char = null_mut();
+        ok(engram_seq_stats_json(seq, &mut json));
+        let doc: serde_json::Value =
+            serde_json::from_str(std::ffi::CStr::from_ptr(json).to_str().unwrap()).unwrap();
+        ok(engram_string_free(json));
+        let count = |kind: &str, field: &str| doc["hint_use"][kind][field].as_u64().unwrap();
+        for kind in ["draft", "alternative"] {
+            assert_eq!(
+                count(kind, "rows_read") + count(kind, "rows_dropped"),
+                48,
+                "{kind}: {doc}"
+            );
+            assert!(count(kind, "rows_used") <= count(kind, "rows_read"));
+        }
+        assert_eq!(count("alternative", "rows_used"), 0, "7 was not the token");
+        ok(engram_seq_free(seq));
+        ok(engram_close(f.engine));
+    }
+}
+
 #[test]
 fn closing_the_engine_cancels_open_sequences() {
     let f = open();

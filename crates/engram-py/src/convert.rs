@@ -105,6 +105,24 @@ pub(crate) fn tokens(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u32>> {
         .collect()
 }
 
+/// Probabilities: a list, tuple or 1-d array of floats (None: empty). The
+/// range check ([0, 1], NaN refused) is the library's, which names the
+/// argument and the index.
+pub(crate) fn probs(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Vec<f32>> {
+    let Some(obj) = obj else {
+        return Ok(Vec::new());
+    };
+    if obj.is_instance_of::<pyo3::types::PyString>() {
+        return Err(invalid(format!("{what}: expected numbers, got a str")));
+    }
+    let values: Vec<f64> = obj
+        .extract()
+        .map_err(|_| invalid(format!("{what}: expected a sequence of numbers")))?;
+    // Narrowed to f32 as the library keeps them; a value past f32's range
+    // becomes infinite and is refused there as outside [0, 1].
+    Ok(values.into_iter().map(|v| v as f32).collect())
+}
+
 /// A mask in the attention-mask convention: nonzero / True a real token,
 /// 0 / False padding. None: every token real.
 pub(crate) fn mask(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<bool>>> {

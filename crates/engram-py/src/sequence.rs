@@ -239,12 +239,46 @@ impl Sequence {
         .map_err(PyErr::from)
     }
 
-    /// Reads, at low priority into the row cache, the rows `tokens` would
-    /// have as the next token (each a separate guess, e.g. draft tokens).
-    /// Nothing waits on hints; useful only with a row cache.
-    fn hint(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
-        let tokens = convert::tokens(tokens, "tokens")?;
-        self.locked(py, |inner| Ok(inner.seq.hint(&tokens)?))
+    /// Reads, at low priority into the row cache, the rows of guessed next
+    /// tokens. Nothing waits on hints; useful only with a row cache.
+    ///
+    /// `tokens` is a draft chain: `tokens[i]` guesses the token `i + 1`
+    /// positions ahead, hashed after `tokens[:i]` (at most 16).
+    /// `draft_probs` gives each its probability given the chain before it
+    /// (default 1 each). `alternatives` are other guesses of the next
+    /// token (a top-k, at most 32), with `alternative_probs` (required,
+    /// one each). Probabilities are in [0, 1]. The likeliest rows are read
+    /// first; a step that begins drops the hints it makes stale.
+    /// `stats()["hint_use"]` counts each kind's rows read, used, dropped.
+    #[pyo3(signature = (tokens=None, *, draft_probs=None, alternatives=None, alternative_probs=None))]
+    fn hint(
+        &self,
+        py: Python<'_>,
+        tokens: Option<&Bound<'_, PyAny>>,
+        draft_probs: Option<&Bound<'_, PyAny>>,
+        alternatives: Option<&Bound<'_, PyAny>>,
+        alternative_probs: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        /// An argument given and not None.
+        fn some<'a, 'py>(o: Option<&'a Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
+            o.filter(|o| !o.is_none())
+        }
+        let draft = match some(tokens) {
+            Some(t) => convert::tokens(t, "tokens")?,
+            None => Vec::new(),
+        };
+        let alternatives = match some(alternatives) {
+            Some(t) => convert::tokens(t, "alternatives")?,
+            None => Vec::new(),
+        };
+        let draft_probs = convert::probs(some(draft_probs), "draft_probs")?;
+        let alternative_probs = convert::probs(some(alternative_probs), "alternative_probs")?;
+        self.locked(py, |inner| {
+            let hints = engram::Hints::draft(&draft)
+                .with_draft_probs(&draft_probs)
+                .with_alternatives(&alternatives, &alternative_probs);
+            Ok(inner.seq.hint(hints)?)
+        })
     }
 
     /// Drops the last `n` tokens (rejected draft tokens).

@@ -43,6 +43,29 @@ def test_tables_out_of_range(engine):
         engine.rows(0, [99_999_999])
 
 
+def test_bad_hints_name_the_argument(engine):
+    seq = engine.sequence()
+    cases = [
+        (dict(tokens=[1, 2], draft_probs=[0.5, float("nan")]), r"draft_probs\[1\]"),
+        (dict(tokens=[1, 2], draft_probs=[0.5]), "draft_probs"),
+        (dict(alternatives=[3, 4], alternative_probs=[0.5]), "alternative_probs"),
+        (dict(alternatives=[3]), "alternative_probs"),
+        (dict(alternatives=[3], alternative_probs=np.array([1.5])), r"alternative_probs\[0\]"),
+        (dict(alternatives=[3], alternative_probs=[-0.1]), r"alternative_probs\[0\]"),
+        (dict(tokens=[1] * 17), "draft"),
+        (dict(alternatives=[1] * 33, alternative_probs=[0.1] * 33), "alternatives"),
+        (dict(alternatives=[3], alternative_probs="x"), "alternative_probs"),
+        (dict(alternatives=[-3], alternative_probs=[0.5]), r"alternatives\[0\]"),
+    ]
+    for kwargs, name in cases:
+        with pytest.raises(engram.InvalidArgumentError, match=name):
+            seq.hint(**kwargs)
+    # Nothing was hinted: a step resolves none.
+    seq.step_begin(1)
+    use = seq.stats()["hint_use"]
+    assert use["draft"]["rows_dropped"] == use["alternative"]["rows_dropped"] == 0
+
+
 def test_tokens_outside_the_vocabulary_leave_the_sequence_unchanged(engine):
     seq = engine.sequence()
     with pytest.raises(engram.InvalidArgumentError, match="outside the vocabulary"):

@@ -49,6 +49,35 @@ def test_uneven_waits_across_ring_wraps_on_both_tables(model, fmt):
                     upto[table] = new
 
 
+def test_hints_of_both_kinds_are_counted_when_their_step_begins(model):
+    with engram.open(model, format="f32", cache_bytes=1 << 20, overlap_threshold=0) as e:
+        seq = e.sequence()
+        seq.step_begin(5)
+        for table in range(2):
+            seq.step_wait(table)
+        # A draft chain 6, 7 and alternatives 8, 9 of the next token; the
+        # next token is 8 and then 7 (not after 6): only the alternative 8
+        # can be used.
+        seq.hint([6, 7], draft_probs=[0.8, 0.9],
+                 alternatives=np.array([8, 9]), alternative_probs=(0.1, 0.05))
+        want = seq.row_ids([8, 7])
+        for token in (8, 7):
+            seq.step_begin(token)
+            for table in range(2):
+                got = seq.step_wait(table)
+                row = 0 if token == 8 else 1
+                assert got.tobytes() == expected_rows(e, table, want[row : row + 1]).tobytes()
+        use = seq.stats()["hint_use"]
+        rows = 2 * 24
+        draft, alt = use["draft"], use["alternative"]
+        assert draft["rows_read"] + draft["rows_dropped"] == 2 * rows
+        assert alt["rows_read"] + alt["rows_dropped"] == 2 * rows
+        assert draft["rows_used"] == 0
+        assert alt["rows_used"] <= rows and alt["rows_used"] <= alt["rows_read"]
+        if alt["rows_read"]:
+            assert alt["hit_rate"] == alt["rows_used"] / alt["rows_read"]
+
+
 def test_decode_steps_with_hints_match_rows(model):
     with engram.open(model, format="f32", cache_bytes=1 << 20, overlap_threshold=0) as e:
         assert e.info.cached

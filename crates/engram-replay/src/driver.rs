@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+#[cfg(test)]
+use engram::Hints;
 use engram::{Error, Result};
 
 use crate::compute::Compute;
@@ -269,7 +271,7 @@ fn decode(
 ) -> Result<()> {
     let tables = drive.engram_layers.len();
     let mut drafter = match drive.hints {
-        HintMode::Draft(p) => Some(Drafter::new(drive.seed, p, drive.vocab)),
+        HintMode::Draft { top1, top3 } => Some(Drafter::new(drive.seed, top1, top3, drive.vocab)),
         _ => None,
     };
     let mut rows = compute.compute.wants_rows().then(Vec::new);
@@ -277,8 +279,11 @@ fn decode(
         let mut stall = vec![Duration::ZERO; tables];
         compute.begin_step(token);
         schedule.step_begin(token, &mut stall)?;
-        if let (Some(drafter), Some(&next)) = (drafter.as_mut(), continuation.get(i + 1)) {
-            schedule.hint(&[drafter.guess(next)])?;
+        if let Some(drafter) = drafter.as_mut() {
+            let offer = drafter.offer(continuation, i);
+            if !offer.draft.is_empty() {
+                schedule.hint(&offer.hints())?;
+            }
         }
         for layer in 0..compute.compute.layers() {
             let engram = drive.engram_layers.iter().position(|&l| l == layer);
@@ -331,8 +336,13 @@ mod tests {
             self.0.lock().unwrap().push(format!("step_wait {table}"));
             Ok(Duration::from_micros(10 * (table as u64 + 1)))
         }
-        fn hint(&mut self, tokens: &[u32]) -> Result<()> {
-            self.0.lock().unwrap().push(format!("hint {tokens:?}"));
+        fn hint(&mut self, hints: &Hints<'_>) -> Result<()> {
+            let list = |t: &[u32]| t.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
+            self.0.lock().unwrap().push(format!(
+                "hint [{}] [{}]",
+                list(hints.draft),
+                list(hints.alternatives)
+            ));
             Ok(())
         }
         fn io(&mut self) -> IoCounters {
@@ -478,14 +488,21 @@ mod tests {
 
     #[test]
     fn decode_waits_at_each_engram_layer_and_hints_only_known_futures() {
-        let (log, m) = run(&drive(Sweep::Layer, HintMode::Draft(1.0)), &[], &[5, 6]);
-        let expected = events(&[
-            "begin 5, hint [6], step_layer 0, step_wait 0, step_layer 1, step_wait 1, step_layer 2",
-            "begin 6, step_layer 0, step_wait 0, step_layer 1, step_wait 1, step_layer 2",
-        ]);
+        let hints = HintMode::Draft {
+            top1: 1.0,
+            top3: 1.0,
+        };
+        let (log, m) = run(&drive(Sweep::Layer, hints), &[], &[5, 6, 7]);
+        let steps = ", step_layer 0, step_wait 0, step_layer 1, step_wait 1, step_layer 2";
+        let groups = [
+            format!("begin 5, hint [6 7] []{steps}"),
+            format!("begin 6, hint [7] []{steps}"),
+            format!("begin 7{steps}"),
+        ];
+        let expected = events(&groups.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(log, expected);
         let micros = Duration::from_micros;
-        assert_eq!(m.step_stall, vec![vec![micros(10), micros(25)]; 2]);
+        assert_eq!(m.step_stall, vec![vec![micros(10), micros(25)]; 3]);
     }
 
     #[test]

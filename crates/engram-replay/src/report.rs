@@ -252,6 +252,11 @@ pub struct IoReport {
     /// Rows per decode step (hint reads between steps included).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decode_per_step: Option<PhaseRates>,
+    /// What became of the hinted rows, per kind: `draft` and
+    /// `alternative`, each with `rows_read`, `rows_used`, `rows_dropped`
+    /// and `hit_rate` (used over read; engine schedules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hints: Option<engram::HintUse>,
 }
 
 /// Rows of one phase per token or step.
@@ -291,6 +296,7 @@ impl IoReport {
             warm: c.warm,
             prefill_per_token: c.prefill.map(|p| PhaseRates::of(&p, prefill_tokens)),
             decode_per_step: c.decode.map(|d| PhaseRates::of(&d, decode_steps)),
+            hints: c.hint_use.clone(),
         }
     }
 }

@@ -25,6 +25,7 @@ pub fn about() -> BTreeMap<&'static str, &'static str> {
         ("io.warm_bytes", "engine schedules: bytes the prefill's page-cache warm-up moved from storage (rows read ahead of the ring only to bring them into the page cache, the bytes dropped; warm_rows and warm_reads count them), not in io.bytes_read, which holds the ring's later page-cache reads of those rows: the prefill's reads moved bytes_read + warm_bytes"),
         ("io.prefill_per_token", "engine schedules: rows per prompt token served by the hot tier (hot_rows), read from storage (storage_rows: distinct per batch, neither hot nor cached), read requests (storage_reads), and the page-cache warm-up's rows and read requests (warm_rows, warm_reads; not in the other two)"),
         ("io.decode_per_step", "the same per decode step, hint reads between steps included"),
+        ("io.hints", "engine schedules: per kind of hint (draft: the draft chains' tokens; alternative: the next token's alternatives), hinted rows whose read ran (rows_read), of those the rows the step at their position asked for (rows_used), rows dropped unread because a begun step made them stale or the queue was full (rows_dropped), and hit_rate = rows_used / rows_read; counted when the step at a hint's position begins or a step makes it stale"),
         ("hot", "the --hot set, loaded once per bench and shared by every engine schedule, prompt and repeat"),
     ])
 }
@@ -159,6 +160,18 @@ fn prompt_table(out: &mut String, p: &PromptReport, repeat: usize) {
                 span(s, "decode.stall_us.p99", 0),
                 span(s, "cpu.prefill_us_per_token", 1),
                 span(s, "cpu.decode_us_per_step", 0),
+            );
+        }
+        let hinted = |kind: &str, f: &str| med(s, &format!("io.hints.{kind}.{f}"));
+        if hinted("draft", "rows_read") + hinted("alternative", "rows_read") > 0.0 {
+            let _ = writeln!(
+                out,
+                "{:<9}   hint hit rate (rows used / read): draft {:.3} of {:.0}, alternative {:.3} of {:.0}",
+                "",
+                hinted("draft", "hit_rate"),
+                hinted("draft", "rows_read"),
+                hinted("alternative", "hit_rate"),
+                hinted("alternative", "rows_read"),
             );
         }
         if let Some(sum) = s.get("output_checksum").and_then(Value::as_str) {

@@ -89,7 +89,7 @@ fn every_schedule_replays_the_whole_prompt_and_decode() {
     let report = bench(
         "sync,ds4,ds4-linux,overlap,full",
         Sweep::Layer,
-        HintMode::Draft(0.79),
+        HintMode::DEFAULT,
     );
     let run = first_run(&report);
     assert_eq!(run.len(), 5);
@@ -129,6 +129,23 @@ fn every_schedule_replays_the_whole_prompt_and_decode() {
     assert!(
         full.io.totals.cache_hits > 0,
         "right drafts are served from the cache"
+    );
+    // Both kinds of hint were given and resolved by the steps after them;
+    // the other schedules take none.
+    let used = full.io.hints.as_ref().expect("full reports its hints");
+    for kind in [&used.draft, &used.alternative] {
+        assert!(kind.rows_read + kind.rows_dropped > 0, "{used:?}");
+        assert!(kind.rows_used <= kind.rows_read, "{used:?}");
+    }
+    assert_eq!(
+        by_name("overlap")
+            .io
+            .hints
+            .as_ref()
+            .unwrap()
+            .draft
+            .rows_read,
+        0
     );
     for s in run {
         assert!(s.io.totals.rows_unique <= s.io.totals.rows_requested);
@@ -209,7 +226,7 @@ fn the_cpu_model_computes_the_same_output_under_every_schedule() {
             compute,
             "sync,ds4,ds4-linux,overlap,full",
             sweep,
-            HintMode::Draft(0.5),
+            HintMode::parse("draft:0.5,0.9").unwrap(),
         );
         let sums: Vec<&str> = first_run(&report)
             .iter()

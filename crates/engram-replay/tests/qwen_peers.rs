@@ -178,7 +178,7 @@ fn the_cpu_model_computes_syncs_output_under_every_qwen_schedule() {
                 sweep,
                 ubatch: 64,
                 schedules: schedules.clone(),
-                hints: HintMode::Draft(0.5),
+                hints: HintMode::parse("draft:0.5,0.9").unwrap(),
                 cold: true,
                 ..BenchConfig::default()
             };

@@ -51,5 +51,7 @@ pub use io::{Backend, IoConfig};
 pub use layout::Family;
 pub use model::Model;
 pub use open::{option, CacheReport, EngineBuilder, EngineOption, OpenEngine, ENV_VARS, OPTIONS};
-pub use prefetch::{Engine, PrefetchConfig, Prefill, PrefillOrder, RowFormat, RowsView, Sequence};
-pub use stats::{PhaseStats, Stats, TableStats};
+pub use prefetch::{
+    Engine, Hints, PrefetchConfig, Prefill, PrefillOrder, RowFormat, RowsView, Sequence,
+};
+pub use stats::{HintKindUse, HintUse, PhaseStats, Stats, TableStats};

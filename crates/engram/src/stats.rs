@@ -143,6 +143,64 @@ pub struct Stats {
     pub decode: PhaseStats,
     /// Low-priority hint reads (stall fields stay empty: nobody waits on them).
     pub hints: PhaseStats,
+    /// What became of the hinted rows, per kind of hint.
+    #[serde(default)]
+    pub hint_use: HintUse,
+}
+
+/// The kinds of hint a runtime gives ([`crate::prefetch::Hints`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HintKind {
+    /// A token of a draft chain (a multi-token-prediction head's guesses).
+    Draft,
+    /// An alternative of the next token (a top-k entry).
+    Alternative,
+}
+
+/// What became of the hinted rows, per kind of hint. A hint is counted
+/// once it is resolved: when the step at its position begins, or when a
+/// step, a rollback or a prefill makes it stale (it guessed a token that
+/// did not come); hints still outstanding are not counted yet.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HintUse {
+    /// Tokens of draft chains.
+    pub draft: HintKindUse,
+    /// Alternatives of the next token.
+    pub alternative: HintKindUse,
+}
+
+/// One kind's hinted rows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HintKindUse {
+    /// Hinted rows whose hint read ran (row-cache hits among them
+    /// included: the hint asked for them).
+    pub rows_read: u64,
+    /// Of those, rows the step at their position asked for.
+    pub rows_used: u64,
+    /// Hinted rows never read: dropped while queued because a begun step
+    /// made them stale, or pushed out of the bounded hint queue.
+    pub rows_dropped: u64,
+    /// `rows_used / rows_read`; absent while no row was read.
+    pub hit_rate: Option<f64>,
+}
+
+impl HintKindUse {
+    fn add(&mut self, other: &HintKindUse) {
+        add_fields!(self, other; rows_read, rows_used, rows_dropped);
+        self.hit_rate = rate(self.rows_used, self.rows_read);
+    }
+}
+
+impl HintUse {
+    /// Adds `other`'s counts into `self` (the hit rates recomputed).
+    pub fn add_counts(&mut self, other: &HintUse) {
+        self.draft.add(&other.draft);
+        self.alternative.add(&other.alternative);
+    }
+}
+
+fn rate(used: u64, read: u64) -> Option<f64> {
+    (read > 0).then(|| used as f64 / read as f64)
 }
 
 impl TableStats {
@@ -183,6 +241,7 @@ impl Stats {
         self.prefill.add_counts(&other.prefill);
         self.decode.add_counts(&other.decode);
         self.hints.add_counts(&other.hints);
+        self.hint_use.add_counts(&other.hint_use);
     }
 
     /// Every phase's per-table counts summed into one [`TableStats`]
@@ -255,6 +314,7 @@ struct PhaseRecord {
 /// sample lists).
 pub struct StatsRecorder {
     phases: Mutex<[PhaseRecord; 3]>,
+    hint_use: Mutex<HintUse>,
 }
 
 impl std::fmt::Debug for StatsRecorder {
@@ -294,6 +354,7 @@ impl StatsRecorder {
         };
         StatsRecorder {
             phases: Mutex::new([phase(), phase(), phase()]),
+            hint_use: Mutex::new(HintUse::default()),
         }
     }
 
@@ -361,6 +422,26 @@ impl StatsRecorder {
         });
     }
 
+    /// Records a resolved hint of `kind`: `read` of its rows were read, of
+    /// which `used` were asked for by the step at its position, and
+    /// `dropped` were never read.
+    pub fn record_hint_use(&self, kind: HintKind, read: u64, used: u64, dropped: u64) {
+        let mut all = match self.hint_use.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let one = match kind {
+            HintKind::Draft => &mut all.draft,
+            HintKind::Alternative => &mut all.alternative,
+        };
+        one.add(&HintKindUse {
+            rows_read: read,
+            rows_used: used,
+            rows_dropped: dropped,
+            hit_rate: None,
+        });
+    }
+
     /// Records one batch read of `table`.
     pub fn record_batch(&self, phase: Phase, table: usize, batch: &BatchStats) {
         self.with_phase(phase, |p| {
@@ -387,6 +468,10 @@ impl StatsRecorder {
             prefill: phase(Phase::Prefill),
             decode: phase(Phase::Decode),
             hints: phase(Phase::Hint),
+            hint_use: match self.hint_use.lock() {
+                Ok(g) => g.clone(),
+                Err(p) => p.into_inner().clone(),
+            },
         }
     }
 }
@@ -529,5 +614,32 @@ mod tests {
         assert!((d1.read_latency.p99_us - 80.0).abs() < 0.1);
         let back: Stats = serde_json::from_str(&s.to_json()).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn hint_use_is_counted_per_kind_with_its_hit_rate() {
+        let rec = StatsRecorder::new(2);
+        assert_eq!(rec.snapshot().hint_use.draft.hit_rate, None);
+        rec.record_hint_use(HintKind::Draft, 48, 48, 0);
+        rec.record_hint_use(HintKind::Draft, 48, 0, 0);
+        rec.record_hint_use(HintKind::Alternative, 24, 0, 24);
+        let u = rec.snapshot().hint_use;
+        assert_eq!((u.draft.rows_read, u.draft.rows_used), (96, 48));
+        assert_eq!(u.draft.hit_rate, Some(0.5));
+        assert_eq!(
+            (u.alternative.rows_read, u.alternative.rows_dropped),
+            (24, 24)
+        );
+        assert_eq!(u.alternative.hit_rate, Some(0.0));
+        let mut sum = Stats::default();
+        sum.add_counts(&rec.snapshot());
+        sum.add_counts(&rec.snapshot());
+        assert_eq!(sum.hint_use.draft.rows_read, 192);
+        assert_eq!(sum.hint_use.draft.hit_rate, Some(0.5));
+        // A document written before hint_use existed reads as none.
+        let mut old: serde_json::Value = serde_json::from_str(&rec.snapshot().to_json()).unwrap();
+        old.as_object_mut().unwrap().remove("hint_use");
+        let back: Stats = serde_json::from_value(old).unwrap();
+        assert_eq!(back.hint_use, HintUse::default());
     }
 }

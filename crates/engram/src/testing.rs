@@ -290,6 +290,13 @@ pub struct MemSource {
     /// The table and priority of every prefill read call (as
     /// `prefill_tables`), in the order the calls finished.
     pub prefill_calls: std::sync::Mutex<Vec<(usize, Priority)>>,
+    /// The table and rows of every read call at [`Priority::Hint`], in
+    /// call order (logged as the call starts).
+    pub hint_log: std::sync::Mutex<Vec<(usize, Vec<u32>)>>,
+    /// While set, every [`Priority::Hint`] call, once logged, waits for a
+    /// message (or the sender's drop) before it reads: a test holds hint
+    /// reads running or queued at a point of its choosing.
+    pub hint_gate: std::sync::Mutex<Option<mpsc::Receiver<()>>>,
 }
 
 impl MemSource {
@@ -351,7 +358,20 @@ impl RowSource for MemSource {
         let (table, rows, priority) = (request.table, request.rows, request.priority);
         self.calls.fetch_add(1, Ordering::Relaxed);
         if priority == Priority::Hint {
-            self.hint_calls.fetch_add(1, Ordering::Relaxed);
+            self.hint_log
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push((table, rows.to_vec()));
+            self.hint_calls.fetch_add(1, Ordering::SeqCst);
+            let gate = self
+                .hint_gate
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(gate) = gate.as_ref() {
+                // Bounded, so a test that forgets to open it fails instead
+                // of hanging.
+                let _ = gate.recv_timeout(Duration::from_secs(30));
+            }
         }
         if priority == Priority::Warm {
             if let Some(count) = self.warm_rows.get(table) {

@@ -81,9 +81,12 @@ pub struct Args {
     /// through its layer. At most the engine's ring (2,048 by default).
     #[arg(long, default_value_t = 0)]
     pub wait_tokens: usize,
-    /// Hints for `full`: none, lookup (the engine's prompt lookup) or draft:P
-    /// (an MTP-like draft of the next token, right with probability P).
-    #[arg(long, default_value = "draft:0.79")]
+    /// Hints for `full`: none, lookup (the engine's prompt lookup),
+    /// draft:P (an MTP-like draft chain of the next 2 tokens, each right
+    /// with probability P) or draft:P,Q (the same, and the next token's
+    /// alternatives 2 and 3, the true token within the top 3 with
+    /// probability Q).
+    #[arg(long, default_value = "draft:0.79,0.95")]
     pub hints: String,
     /// Evict the table files from the page cache before each schedule.
     #[arg(long)]

@@ -216,7 +216,26 @@ class Sequence(_Closing):
     def step_wait(self, table: int) -> npt.NDArray[Any]:
         """(1, rows_per_token, row_dim) float32 or (1, rows_per_token, row_bytes) uint8."""
     def step_wait_into(self, table: int, out: Buffer) -> int: ...
-    def hint(self, tokens: TokensLike) -> None: ...
+    def hint(
+        self,
+        tokens: Optional[TokensLike] = None,
+        *,
+        draft_probs: Optional[Union[Seq[float], npt.NDArray[np.floating[Any]]]] = None,
+        alternatives: Optional[TokensLike] = None,
+        alternative_probs: Optional[Union[Seq[float], npt.NDArray[np.floating[Any]]]] = None,
+    ) -> None:
+        """Rows of guessed next tokens into the row cache, likeliest first.
+
+        `tokens` is a draft chain (`tokens[i]` guesses the token i + 1
+        positions ahead, hashed after `tokens[:i]`; at most 16), each right
+        with `draft_probs[i]` given the chain before it (default 1).
+        `alternatives` are other guesses of the next token (at most 32),
+        with `alternative_probs` (one each). Probabilities are in [0, 1]; a
+        bad one, or counts that do not match, raise InvalidArgumentError
+        naming the argument. A step that begins drops the hints it makes
+        stale; `stats()["hint_use"]` counts each kind's rows read, used and
+        dropped.
+        """
     def rollback(self, n: int) -> None: ...
     def stats(self) -> dict[str, Any]: ...
     def stall(self, phase: Phase) -> dict[str, Any]: ...

@@ -236,7 +236,7 @@ impl Schedule for Ds4Schedule {
         Ok(Duration::ZERO)
     }
 
-    fn hint(&mut self, _tokens: &[u32]) -> Result<()> {
+    fn hint(&mut self, _hints: &engram::Hints<'_>) -> Result<()> {
         Ok(())
     }
 

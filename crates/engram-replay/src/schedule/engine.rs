@@ -88,9 +88,9 @@ impl Schedule for EngineSchedule {
         Ok(stall)
     }
 
-    fn hint(&mut self, tokens: &[u32]) -> Result<()> {
+    fn hint(&mut self, hints: &engram::Hints<'_>) -> Result<()> {
         if self.kind == ScheduleKind::Full {
-            self.sequence.hint(tokens)?;
+            self.sequence.hint(*hints)?;
         }
         Ok(())
     }
@@ -150,6 +150,7 @@ fn counters(stats: &Stats) -> IoCounters {
         prefill: Some(phase_io(&[&stats.prefill])),
         // Hints are read between decode steps, for the steps.
         decode: Some(phase_io(&[&stats.decode, &stats.hints])),
+        hint_use: Some(stats.hint_use.clone()),
     }
 }
 

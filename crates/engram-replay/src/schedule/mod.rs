@@ -195,7 +195,7 @@ pub fn build(kind: ScheduleKind, setup: &ScheduleSetup<'_>) -> Result<Box<dyn Sc
 }
 
 /// I/O a schedule did, over its whole run.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct IoCounters {
     /// All phases and tables together.
     pub totals: IoTotals,
@@ -206,6 +206,8 @@ pub struct IoCounters {
     pub prefill: Option<PhaseIo>,
     /// The decode steps' share, with the hint reads made between steps.
     pub decode: Option<PhaseIo>,
+    /// What became of the hinted rows, per kind (engine schedules).
+    pub hint_use: Option<engram::HintUse>,
 }
 
 /// Row and read counts, all phases and tables together (also the totals of
@@ -276,9 +278,9 @@ pub trait Schedule {
     /// time blocked, not counting the copy.
     fn step_wait(&mut self, table: usize, rows: Option<&mut Vec<f32>>) -> Result<Duration>;
 
-    /// Offers `tokens` as guesses of the next token. Schedules without
-    /// hints ignore them.
-    fn hint(&mut self, tokens: &[u32]) -> Result<()>;
+    /// Offers `hints` as guesses of the next tokens (a draft chain and
+    /// alternatives). Schedules without hints ignore them.
+    fn hint(&mut self, hints: &engram::Hints<'_>) -> Result<()>;
 
     /// The I/O done so far.
     fn io(&mut self) -> IoCounters;

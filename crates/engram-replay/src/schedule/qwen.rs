@@ -474,7 +474,7 @@ impl Schedule for QwenSchedule {
         Ok(stall)
     }
 
-    fn hint(&mut self, _tokens: &[u32]) -> Result<()> {
+    fn hint(&mut self, _hints: &engram::Hints<'_>) -> Result<()> {
         Ok(())
     }
 

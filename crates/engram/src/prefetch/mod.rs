@@ -36,6 +36,7 @@ use std::sync::Arc;
 pub use config::{PrefetchConfig, PrefillOrder, RowFormat};
 #[cfg(any(test, feature = "test_utils"))]
 pub use guard::PanicSite;
+pub use hint::{Hints, MAX_ALTERNATIVES, MAX_DRAFT};
 pub use prefill::Prefill;
 pub use sequence::Sequence;
 pub use view::RowsView;

@@ -40,6 +40,17 @@ pub(crate) trait Task: Send {
     fn urgency(&self) -> (u32, u32, u32) {
         (0, 0, 0)
     }
+    /// Order among hint tasks: the largest probability runs first, then
+    /// the nearest position, then the oldest. Read at dispatch, so it may
+    /// change while queued (the same guess offered again, likelier).
+    fn hint_rank(&self) -> (f32, u64) {
+        (0.0, 0)
+    }
+    /// True when the work is no longer wanted (a hint a begun step made
+    /// stale): [`PoolShared::drop_stale_hints`] abandons it.
+    fn stale(&self) -> bool {
+        false
+    }
 }
 
 /// A job whose readers stopped for want of room its consumer frees without
@@ -214,20 +225,52 @@ impl PoolShared {
         }
     }
 
-    /// Queues a hint task, dropping the oldest hint beyond the bound.
-    pub(crate) fn submit_hint(&self, task: Box<dyn Task>) {
-        let max_hints = self.max_hints;
-        let queued = self.enqueue([task], |q, [task]| {
-            q.hints.push_back(task);
-            if q.hints.len() > max_hints {
-                q.hints.pop_front()
-            } else {
-                None
-            }
-        });
-        if queued {
-            self.general.notify_one();
+    /// Queues hint tasks under one lock (so the first to run is the
+    /// likeliest of them all, not the first pushed), dropping the least
+    /// likely (the oldest of those) beyond the bound.
+    pub(crate) fn submit_hints(&self, tasks: Vec<Box<dyn Task>>) {
+        let count = tasks.len();
+        if count == 0 {
+            return;
         }
+        let max_hints = self.max_hints;
+        let mut displaced = Vec::new();
+        let queued = self.enqueue(tasks, |q, tasks| {
+            q.hints.extend(tasks);
+            while q.hints.len() > max_hints {
+                let worst = pick(&q.hints, |a, b| rank_order(b, a));
+                displaced.extend(worst.and_then(|i| q.hints.remove(i)));
+            }
+            None
+        });
+        // Abandoned outside the lock, as `enqueue` does.
+        displaced.into_iter().for_each(|task| task.abandon());
+        if queued {
+            for _ in 0..count.min(max_hints) {
+                self.general.notify_one();
+            }
+        }
+    }
+
+    /// Removes and abandons the queued hint tasks of `owner` that are
+    /// stale ([`Task::stale`]): they would hold queue room, and a thread,
+    /// for reads nobody will use.
+    pub(crate) fn drop_stale_hints(&self, owner: u64) {
+        let removed = {
+            let mut q = lock(&self.queues);
+            let mut removed = Vec::new();
+            let mut kept = VecDeque::with_capacity(q.hints.len());
+            for t in q.hints.drain(..) {
+                if t.owner() == owner && t.stale() {
+                    removed.push(t);
+                } else {
+                    kept.push_back(t);
+                }
+            }
+            q.hints = kept;
+            removed
+        };
+        removed.into_iter().for_each(|task| task.abandon());
     }
 
     /// Hands `tasks` to `push` under the queue lock and returns true; once
@@ -358,7 +401,30 @@ fn next_task(q: &mut Queues, role: Role) -> Option<Box<dyn Task>> {
     if let Some(i) = best {
         return Some(q.demand.swap_remove(i));
     }
-    q.hints.pop_front()
+    let best = pick(&q.hints, rank_order)?;
+    q.hints.remove(best)
+}
+
+/// Hint `a` runs before `b` (`Less`): larger probability, then nearer
+/// position. Equal ranks compare equal, so [`pick`] keeps the oldest.
+fn rank_order(a: &(f32, u64), b: &(f32, u64)) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
+}
+
+/// The index of the first hint that no later one orders before under
+/// `order` (the first minimum: the oldest among equals).
+fn pick(
+    hints: &VecDeque<Box<dyn Task>>,
+    order: impl Fn(&(f32, u64), &(f32, u64)) -> std::cmp::Ordering,
+) -> Option<usize> {
+    let mut best: Option<(usize, (f32, u64))> = None;
+    for (i, t) in hints.iter().enumerate() {
+        let rank = t.hint_rank();
+        if best.is_none_or(|(_, b)| order(&rank, &b).is_lt()) {
+            best = Some((i, rank));
+        }
+    }
+    best.map(|(i, _)| i)
 }
 
 fn worker(shared: &PoolShared, role: Role, readers: ReaderSched) {
@@ -542,7 +608,7 @@ mod tests {
     fn hints_run_only_when_no_demand_is_queued() {
         // Occupy the only general thread, then queue a hint before demand.
         let (mut pool, shared, Held { log, seen, open }) = held_pool(8, 1);
-        shared.submit_hint(probe("hint", &log));
+        shared.submit_hints(vec![probe("hint", &log)]);
         shared.submit_demand(probe("demand", &log));
         // A decode step is served by the decode thread meanwhile.
         shared.submit_decode(vec![probe("decode", &log)]);
@@ -553,13 +619,62 @@ mod tests {
         pool.shutdown();
     }
 
+    /// A hint probe of a given rank.
+    struct Ranked {
+        probe: Box<Probe>,
+        rank: (f32, u64),
+    }
+
+    impl Task for Ranked {
+        fn run(self: Box<Self>) {
+            self.probe.run();
+        }
+        fn abandon(self: Box<Self>) {
+            let _ = self.probe.log.send(self.probe.name);
+        }
+        fn owner(&self) -> u64 {
+            self.probe.owner
+        }
+        fn hint_rank(&self) -> (f32, u64) {
+            self.rank
+        }
+    }
+
+    #[test]
+    fn hints_run_likeliest_first_and_the_least_likely_is_pushed_out() {
+        let (mut pool, shared, Held { log, seen, open }) = held_pool(4, 1);
+        let ranked = |name, rank| -> Box<dyn Task> {
+            Box::new(Ranked {
+                probe: probe(name, &log),
+                rank,
+            })
+        };
+        shared.submit_hints(vec![
+            ranked("p0.1", (0.1, 5)),
+            ranked("p0.8 far", (0.8, 6)),
+            ranked("p0.8 near", (0.8, 5)),
+            ranked("p0.5 old", (0.5, 5)),
+        ]);
+        // Over the bound of 4: the least likely goes (abandoned: logged
+        // by name here), not the oldest.
+        shared.submit_hints(vec![ranked("p0.5 new", (0.5, 5))]);
+        assert_eq!(seen.recv_timeout(LIMIT).unwrap(), "p0.1");
+        open.send(()).unwrap();
+        let order: Vec<_> = (0..5).map(|_| seen.recv_timeout(LIMIT).unwrap()).collect();
+        assert_eq!(
+            order,
+            ["gate", "p0.8 near", "p0.8 far", "p0.5 old", "p0.5 new"]
+        );
+        pool.shutdown();
+    }
+
     #[test]
     fn shutdown_abandons_queued_work_and_joins() {
         let (mut pool, shared, Held { log, seen, open }) = held_pool(1, 2);
         shared.submit_demand(probe("queued", &log));
         // The hint bound is 1: the older hint is dropped (abandoned).
-        shared.submit_hint(probe("old hint", &log));
-        shared.submit_hint(probe("new hint", &log));
+        shared.submit_hints(vec![probe("old hint", &log)]);
+        shared.submit_hints(vec![probe("new hint", &log)]);
         assert_eq!(seen.recv_timeout(LIMIT).unwrap(), "abandoned");
         shared.cancel_owner(1);
         assert_eq!(seen.recv_timeout(LIMIT).unwrap(), "abandoned");

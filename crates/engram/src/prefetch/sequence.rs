@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::decode::{ReadMode, StepJob};
-use super::hint::HintTask;
+use super::hint::{Guess, HintBook, HintTask};
 use super::prefill::{Mode, Plan, PrefillSetup, PromptRows};
 use super::{lookup, prefill_tokens, Prefill, RowsView, Shared};
+use super::{Hints, MAX_DRAFT};
 use crate::hash::History;
-use crate::stats::{Phase, Stats, StatsRecorder};
+use crate::stats::{HintKind, Phase, Stats, StatsRecorder};
 use crate::{Error, Result};
 
 /// One sequence's tokens, its decode buffers and its stats.
@@ -25,6 +26,8 @@ pub struct Sequence {
     stats: Arc<StatsRecorder>,
     tokens: Vec<u32>,
     history: History,
+    /// Hints not yet resolved by the step at their position.
+    hints: HintBook,
 }
 
 impl std::fmt::Debug for Sequence {
@@ -60,6 +63,7 @@ impl Sequence {
             step_open: false,
             stats,
             tokens: Vec::new(),
+            hints: HintBook::default(),
         }
     }
 
@@ -141,6 +145,8 @@ impl Sequence {
         let first = self.history.position();
         self.shared.hasher.extend(&mut self.history, tokens, mask)?;
         self.tokens.extend_from_slice(tokens);
+        // The hints guessed tokens at the positions the prompt now fills.
+        self.clear_hints();
         let (run, lead) = self.history.run_from(first);
         let prompt = PromptRows::new(self.shared.hasher.clone(), run, lead);
         Ok(self.start_prefill(n, prompt))
@@ -201,6 +207,15 @@ impl Sequence {
             .hasher
             .hash(&mut self.history, &[token], None, &mut ids)?;
         // Nothing below fails.
+        // Hints this step makes stale go before its reads are queued: a
+        // queued one would only share the device with them.
+        let cols = self.shared.columns;
+        if self
+            .hints
+            .resolve(u64::from(step_token), token, &ids, cols, &self.stats)
+        {
+            self.steps.drop_stale_hints(&self.shared.pool);
+        }
         self.finish_step_stats();
         self.step += 1;
         self.step_token = step_token;
@@ -210,8 +225,10 @@ impl Sequence {
         self.tokens.push(token);
         if self.shared.config.lookup_hints {
             let config = &self.shared.config;
-            let guess =
+            let mut guess =
                 lookup::predict(&self.tokens, config.lookup_max_ngram, config.lookup_tokens);
+            // The tokens that followed: a draft chain, as long as one may be.
+            guess.truncate(MAX_DRAFT);
             // The step has begun: a hint that cannot go out (the engine
             // is going away) must not make the call report failure.
             let _ = self.hint(&guess);
@@ -243,38 +260,84 @@ impl Sequence {
         })
     }
 
-    /// Reads the rows that `tokens` would have as the sequence's next token
-    /// (each a separate guess) into the row cache, at low priority: served
-    /// only when no demand read is queued, and not before the current
-    /// step's first table is read. Nothing waits on hints.
-    pub fn hint(&mut self, tokens: &[u32]) -> Result<()> {
+    /// Reads the rows of guessed next tokens into the row cache, at low
+    /// priority: served only when no demand read is queued, and not before
+    /// the current step's first table is read. Nothing waits on hints.
+    ///
+    /// `hints` is a draft chain (the guesses of the next tokens in order,
+    /// each hashed after those before it), alternatives of the next token
+    /// with their probabilities, or both ([`Hints`]); a slice of tokens is
+    /// a draft chain. The likeliest rows are read first. A step that begins
+    /// drops the hints it makes stale: those of its position, and those
+    /// hashed after a guess of its position that was not its token (a
+    /// rollback or a prefill drops them all). Their use is counted in
+    /// [`Stats::hint_use`].
+    ///
+    /// Errors (the argument named) for more than [`MAX_DRAFT`] draft
+    /// tokens or [`MAX_ALTERNATIVES`](super::MAX_ALTERNATIVES)
+    /// alternatives, probabilities not one per token or outside [0, 1]
+    /// (NaN included), or a token the hash refuses; nothing is read then.
+    pub fn hint<'h>(&mut self, hints: impl Into<Hints<'h>>) -> Result<()> {
+        let hints = hints.into();
         self.check_open()?;
+        hints.check()?;
         let tables = self.tables();
         let cols = self.shared.columns;
-        let mut per_table: Vec<Vec<u32>> = vec![Vec::new(); tables];
-        for &token in tokens {
-            let ids = self.row_ids(&[token], None)?;
-            for (t, rows) in per_table.iter_mut().enumerate() {
-                rows.extend_from_slice(&ids[t * cols..(t + 1) * cols]);
-            }
-        }
-        for (table, rows) in per_table.into_iter().enumerate() {
-            if rows.is_empty() {
-                continue;
-            }
-            self.steps.hints.enter();
-            let task = Box::new(HintTask {
-                owner: self.steps.id,
-                flight: self.steps.hints.clone(),
-                table,
-                rows,
-                source: self.shared.source.clone(),
-                stats: self.stats.clone(),
-                pool: self.shared.pool.clone(),
+        let per_table = |ids: &[u32]| -> Vec<Vec<u32>> {
+            (0..tables)
+                .map(|t| ids[t * cols..(t + 1) * cols].to_vec())
+                .collect()
+        };
+        let mut guesses = Vec::with_capacity(hints.draft.len() + hints.alternatives.len());
+        // One hash of the chain gives every token's rows after the ones
+        // before it.
+        let chain = self.row_ids(hints.draft, None)?;
+        let mut prob = 1.0f32;
+        for (i, ids) in chain.chunks_exact(tables * cols).enumerate() {
+            prob *= hints.draft_probs.get(i).copied().unwrap_or(1.0);
+            guesses.push(Guess {
+                path: hints.draft[..=i].to_vec(),
+                prob,
+                kind: HintKind::Draft,
+                rows: per_table(ids),
             });
-            self.steps.submit_hint(task, &self.shared.pool);
         }
+        for (&token, &prob) in hints.alternatives.iter().zip(hints.alternative_probs) {
+            let ids = self.row_ids(&[token], None)?;
+            guesses.push(Guess {
+                path: vec![token],
+                prob,
+                kind: HintKind::Alternative,
+                rows: per_table(&ids),
+            });
+        }
+        // Nothing below fails.
+        let start = self.tokens.len() as u64;
+        let mut tasks: Vec<Box<dyn super::pool::Task>> = Vec::new();
+        for candidate in self.hints.add(start, guesses) {
+            for table in 0..tables {
+                self.steps.hints.enter();
+                tasks.push(Box::new(HintTask {
+                    owner: self.steps.id,
+                    flight: self.steps.hints.clone(),
+                    table,
+                    candidate: candidate.clone(),
+                    source: self.shared.source.clone(),
+                    stats: self.stats.clone(),
+                    pool: self.shared.pool.clone(),
+                }));
+            }
+        }
+        self.steps.submit_hints(tasks, &self.shared.pool);
         Ok(())
+    }
+
+    /// Resolves every outstanding hint as stale (the history they were
+    /// hashed after changed) and drops their queued reads.
+    fn clear_hints(&mut self) {
+        if self.hints.clear(&self.stats) {
+            self.steps.drop_stale_hints(&self.shared.pool);
+        }
     }
 
     /// Drops the last `n` tokens (rejected draft tokens): later hashes see
@@ -289,6 +352,7 @@ impl Sequence {
         let keep = self.tokens.len() - n;
         self.history.rollback(keep as u64)?;
         self.tokens.truncate(keep);
+        self.clear_hints();
         Ok(())
     }
 

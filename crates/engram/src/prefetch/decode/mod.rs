@@ -268,19 +268,34 @@ impl StepJob {
         }
     }
 
-    /// Queues `task` (a hint read) now, or once the current step's first
-    /// table is read; abandons it once the sequence is being dropped.
-    pub(crate) fn submit_hint(&self, task: Box<dyn Task>, pool: &PoolShared) {
+    /// Queues `tasks` (hint reads) now, or once the current step's first
+    /// table is read; abandons them once the sequence is being dropped.
+    pub(crate) fn submit_hints(&self, tasks: Vec<Box<dyn Task>>, pool: &PoolShared) {
         let mut held = lock(&self.held);
         if held.cancelled {
             drop(held);
-            task.abandon();
+            tasks.into_iter().for_each(|task| task.abandon());
         } else if held.holding {
-            held.tasks.push(task);
+            held.tasks.extend(tasks);
         } else {
             // Queued under the lock: see `HeldHints::cancelled`.
-            pool.submit_hint(task);
+            pool.submit_hints(tasks);
         }
+    }
+
+    /// Abandons the hint reads a begun step (or a rollback) made stale,
+    /// held here or queued in the pool.
+    pub(crate) fn drop_stale_hints(&self, pool: &PoolShared) {
+        let stale = {
+            let mut held = lock(&self.held);
+            let (stale, kept): (Vec<Box<dyn Task>>, _) = std::mem::take(&mut held.tasks)
+                .into_iter()
+                .partition(|task| task.stale());
+            held.tasks = kept;
+            stale
+        };
+        stale.into_iter().for_each(|task| task.abandon());
+        pool.drop_stale_hints(self.id);
     }
 
     /// Stops holding hints and queues the ones held (abandons them once the
@@ -294,7 +309,7 @@ impl StepJob {
             tasks.into_iter().for_each(|task| task.abandon());
         } else {
             // Queued under the lock: see `HeldHints::cancelled`.
-            tasks.into_iter().for_each(|task| pool.submit_hint(task));
+            pool.submit_hints(tasks);
         }
     }
 

@@ -1,7 +1,7 @@
 //! Unit tests of the decode step: read order, cached steps, hints held
 //! and abandoned, rows served from memory on the caller's thread.
 
-use super::super::hint::HintTask;
+use super::super::hint::{Candidate, HintTask};
 use super::*;
 use crate::cache::{CachedSource, RowCache};
 use crate::io::threads::ReaderSched;
@@ -95,12 +95,12 @@ fn a_step_reads_its_first_table_before_later_tables_and_hints() {
             owner: job.id,
             flight: job.hints.clone(),
             table,
-            rows: vec![9, 10],
+            candidate: Arc::new(Candidate::new(1.0, 0, vec![vec![9, 10]; 2])),
             source: source.clone(),
             stats: stats.clone(),
             pool: pool.shared(),
         });
-        job.submit_hint(hint, &pool.shared());
+        job.submit_hints(vec![hint], &pool.shared());
     }
     for table in 0..2 {
         job.wait(table, true, &pool.shared()).unwrap();
@@ -183,12 +183,12 @@ fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
         owner: job.id,
         flight: job.hints.clone(),
         table: 0,
-        rows: vec![1, 2],
+        candidate: Arc::new(Candidate::new(1.0, 0, vec![vec![1, 2]; 2])),
         source: source.clone(),
         stats: stats.clone(),
         pool: pool.shared(),
     });
-    job.submit_hint(hint, &pool.shared());
+    job.submit_hints(vec![hint], &pool.shared());
     // The drop marks the hints cancelled and purges the pool's queues;
     // then the step task finishes its first table and releases the
     // hints it held: they must not reach the pool, where nothing would
@@ -202,12 +202,12 @@ fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
         owner: job.id,
         flight: job.hints.clone(),
         table: 1,
-        rows: vec![3],
+        candidate: Arc::new(Candidate::new(1.0, 0, vec![vec![3]; 2])),
         source: source.clone(),
         stats: stats.clone(),
         pool: pool.shared(),
     });
-    job.submit_hint(late, &pool.shared());
+    job.submit_hints(vec![late], &pool.shared());
     let (done, idle) = std::sync::mpsc::channel();
     let flight = job.hints.clone();
     let waiter = std::thread::spawn(move || {
