@@ -50,6 +50,9 @@ pub use io::threads::ReaderSched;
 pub use io::{Backend, IoConfig};
 pub use layout::Family;
 pub use model::Model;
-pub use open::{option, CacheReport, EngineBuilder, EngineOption, OpenEngine, ENV_VARS, OPTIONS};
+pub use open::{
+    option, CacheReport, EngineBuilder, EngineInfo, EngineOption, OpenEngine, SeqCall, SeqError,
+    SeqState, SharedSequence, TableInfo, ENV_VARS, OPTIONS,
+};
 pub use prefetch::{Engine, PrefetchConfig, Prefill, PrefillOrder, RowFormat, RowsView, Sequence};
 pub use stats::{PhaseStats, Stats, TableStats};
