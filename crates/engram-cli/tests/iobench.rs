@@ -19,22 +19,29 @@ fn shared_model() -> &'static str {
 #[test]
 fn iobench_json_has_the_documented_shape() {
     let model = shared_model();
-    for backend in ["psync", "auto"] {
-        let o = engram(&[
-            "iobench",
-            "--model",
-            model,
-            "--backend",
-            backend,
-            "--depth",
-            "8",
-            "--cold",
-            "--json",
-            "--singles",
-            "50",
-            "--batches",
-            "20",
-        ]);
+    let cache = tempfile::tempdir().unwrap();
+    for (run, backend) in ["psync", "auto"].into_iter().enumerate() {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .env("XDG_CACHE_HOME", cache.path())
+            .args([
+                "iobench",
+                "--model",
+                model,
+                "--backend",
+                backend,
+                "--depth",
+                "8",
+                "--cold",
+                "--json",
+                "--singles",
+                "50",
+                "--batches",
+                "20",
+                "--device-seconds",
+                "0.3",
+            ])
+            .output()
+            .unwrap();
         assert!(
             o.status.success(),
             "{backend}: {}",
@@ -71,6 +78,12 @@ fn iobench_json_has_the_documented_shape() {
         let rate = p["unique_rows_per_s"].as_f64().unwrap();
         let seconds = p["seconds"].as_f64().unwrap();
         assert!((rate * seconds - unique as f64).abs() <= unique as f64 * 0.01 + 1.0);
+        // The device probe of the bench's floor, at the same depth: measured
+        // once, then served from the cache the bench shares.
+        let device = &doc["device"];
+        assert_eq!(device["depth"], 8);
+        assert!(device["iops"].as_f64().unwrap() > 0.0);
+        assert_eq!(device["source"], ["measured", "cached"][run]);
     }
 }
 
@@ -117,6 +130,7 @@ fn iobench_gap_idles_before_each_timed_read() {
         "1",
         "--gap-us",
         "20000",
+        "--no-floor",
     ];
     let started = std::time::Instant::now();
     let o = engram(&args);
@@ -124,6 +138,7 @@ fn iobench_gap_idles_before_each_timed_read() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(doc["gap_us"], 20000);
+    assert!(doc["device"].is_null(), "--no-floor: no device probe");
     // 20 timed reads, each after 20 ms of sleep.
     assert!(
         elapsed >= std::time::Duration::from_millis(400),

@@ -96,17 +96,16 @@ impl EngineObj {
     }
 
     fn info(&self) -> engram_info {
-        let config = self.engine.config();
-        let layout = self.engine.layout();
+        let info = self.0.info();
         engram_info {
-            tables: layout.tables.len() as u32,
-            rows_per_token: layout.columns() as u32,
-            vocab_size: layout.vocab_size() as u32,
-            row_dim: self.0.row_dim(0) as u32,
-            max_wait_tokens: config.ring_tokens(),
-            format: options::format_code(config.format),
-            backend: options::backend_code(self.backend),
-            cached: u32::from(self.cache.is_some()),
+            tables: info.tables.len() as u32,
+            rows_per_token: info.rows_per_token as u32,
+            vocab_size: info.vocab_size as u32,
+            row_dim: info.row_dim as u32,
+            max_wait_tokens: info.max_wait_tokens,
+            format: options::format_code(info.format),
+            backend: options::backend_code(info.backend),
+            cached: u32::from(info.cached),
         }
     }
 
@@ -239,14 +238,13 @@ pub unsafe extern "C" fn engram_table_info(
     out: *mut engram_table,
 ) -> engram_status {
     let facts = |obj: Arc<EngineObj>| {
-        let t = obj.check_table(table)?;
-        let loc = &obj.model.tables[t];
+        let t = obj.table_info(table as usize)?;
         Ok(engram_table {
-            rows: loc.rows,
-            layer_id: loc.layer_id,
-            stored_row_bytes: obj.engine.source().row_bytes(t) as u32,
-            row_bytes: obj.row_bytes(t, obj.engine.config().format) as u32,
-            encoding: encoding_code(loc.encoding),
+            rows: t.rows,
+            layer_id: t.layer_id,
+            stored_row_bytes: t.stored_row_bytes as u32,
+            row_bytes: t.row_bytes as u32,
+            encoding: encoding_code(t.encoding),
         })
     };
     // SAFETY: forwarded from the caller's contract.

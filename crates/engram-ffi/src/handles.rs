@@ -22,14 +22,15 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use crate::engine::{engram_engine, EngineObj};
 use crate::prefill::{engram_prefill, PrefillObj};
 use crate::ptr::{check_out, write_out};
-use crate::seq::{engram_seq, SeqObj};
+use crate::seq::engram_seq;
 use crate::status::{call, engram_status, FfiError, FfiResult};
+use engram::open::SharedSequence;
 
 /// A live object behind a handle.
 #[derive(Clone)]
 pub(crate) enum Object {
     Engine(Arc<EngineObj>),
-    Seq(Arc<SeqObj>),
+    Seq(Arc<SharedSequence>),
     Prefill(Arc<PrefillObj>),
 }
 
@@ -79,7 +80,7 @@ macro_rules! kind {
 }
 
 kind!(engram_engine => EngineObj, Engine);
-kind!(engram_seq => SeqObj, Seq);
+kind!(engram_seq => SharedSequence, Seq);
 kind!(engram_prefill => PrefillObj, Prefill);
 
 fn table() -> MutexGuard<'static, HashMap<usize, Object>> {

@@ -5,13 +5,13 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use engram::prefetch::Prefill;
+use engram::open::SharedSequence;
 
 use crate::handles::{self, call_filling, call_making, call_on};
 use crate::ptr::{slice_out, write_out};
-use crate::rows::{copy_into, engram_rows, too_small};
-use crate::seq::{engram_seq, tokens_in, SeqObj};
-use crate::status::{call, engram_status, FfiError, FfiResult};
+use crate::rows::{engram_rows, write_written};
+use crate::seq::{engram_seq, tokens_in};
+use crate::status::{call, engram_status};
 
 /// A prefill in progress on a sequence (opaque).
 #[allow(non_camel_case_types)]
@@ -19,22 +19,11 @@ pub struct engram_prefill {
     _opaque: [u8; 0],
 }
 
+/// The prefill handle's object: the name of the prefill that lives inside
+/// its sequence.
 pub(crate) struct PrefillObj {
     handle: usize,
-    seq: Arc<SeqObj>,
-}
-
-impl PrefillObj {
-    /// Runs `f` on the live prefill under the sequence's lock.
-    fn with<R>(&self, f: impl FnOnce(&mut Prefill<'static>) -> FfiResult<R>) -> FfiResult<R> {
-        let mut inner = self.seq.lock()?;
-        let handle = self.handle;
-        let live = inner
-            .prefill
-            .get(handle)
-            .ok_or_else(|| FfiError::state(format!("prefill {handle:#x} has ended")))?;
-        f(live)
-    }
+    seq: Arc<SharedSequence>,
 }
 
 /// Appends `tokens[0..n]` to the sequence and starts reading their rows
@@ -56,18 +45,12 @@ pub unsafe extern "C" fn engram_prefill_begin(
     mask: *const u8,
     pf: *mut *mut engram_prefill,
 ) -> engram_status {
-    let make = |obj: Arc<SeqObj>| {
+    let make = |obj: Arc<SharedSequence>| {
         // SAFETY: forwarded from the caller's contract.
         let (tokens, mask) = unsafe { tokens_in(tokens, n, mask) }?;
-        let mut inner = obj.lock()?;
-        if let Some(live) = inner.prefill.live() {
-            return Err(FfiError::state(format!(
-                "prefill {live:#x} is still live on this sequence: call engram_prefill_end first"
-            )));
-        }
-        let prefill = inner.seq.prefill_detached(tokens, mask.as_deref())?;
+        let mut state = obj.lock()?;
         let handle = handles::fresh();
-        inner.prefill.start(handle, prefill);
+        state.begin_prefill(handle, tokens, mask.as_deref())?;
         // Registered before the sequence's lock is released: an
         // `engram_seq_free` racing this call takes the lock after it and
         // so finds (and ends) the handle; registered after, the handle
@@ -78,7 +61,7 @@ pub unsafe extern "C" fn engram_prefill_begin(
         });
         // SAFETY: forwarded from the caller's contract.
         let given = unsafe { handles::hand_out(pf, "pf", handle, pf_obj) };
-        drop(inner);
+        drop(state);
         given
     };
     // SAFETY: forwarded from the caller's contract.
@@ -97,7 +80,9 @@ pub unsafe extern "C" fn engram_prefill_info(
     max_wait_tokens: *mut u32,
 ) -> engram_status {
     call_on("engram_prefill_info", pf, |obj| {
-        let (n, max) = obj.with(|live| Ok((live.tokens(), live.max_wait_tokens())))?;
+        let (n, max) = obj.seq.with_prefill(obj.handle, |live| {
+            Ok((live.tokens(), live.max_wait_tokens()))
+        })?;
         if !tokens.is_null() {
             // SAFETY: forwarded from the caller's contract.
             unsafe { write_out(tokens, "tokens", n) }?;
@@ -128,8 +113,10 @@ pub unsafe extern "C" fn engram_prefill_wait(
     rows: *mut engram_rows,
 ) -> engram_status {
     let wait = |obj: Arc<PrefillObj>| {
-        obj.seq.rows_bytes(table, 0)?;
-        obj.with(|live| Ok(engram_rows::from_view(&live.wait(table as usize, upto)?)))
+        let (table, handle) = (table as usize, obj.handle);
+        Ok(obj
+            .seq
+            .prefill_wait(handle, table, upto, engram_rows::from_view)?)
     };
     // SAFETY: forwarded from the caller's contract.
     unsafe { call_filling("engram_prefill_wait", pf, rows, "rows", wait) }
@@ -154,21 +141,14 @@ pub unsafe extern "C" fn engram_prefill_wait_into(
     written: *mut usize,
 ) -> engram_status {
     call_on("engram_prefill_wait_into", pf, |obj| {
-        obj.seq.rows_bytes(table, 0)?;
+        obj.seq.rows_bytes(table as usize, 0)?;
         // SAFETY: forwarded from the caller's contract.
         let out = unsafe { slice_out(out.cast::<u8>(), out_len, "out") }?;
-        obj.with(|live| {
-            let t = table as usize;
-            // A wait the library will refuse gets its error, not a size
-            // complaint.
-            let need = obj.seq.rows_bytes(table, live.wait_tokens(t, upto)?)?;
-            if out.len() < need {
-                return Err(too_small(out.len(), need));
-            }
-            let view = live.wait(t, upto)?;
-            // SAFETY: forwarded from the caller's contract.
-            unsafe { copy_into(&view, out, written) }
-        })
+        let n = obj
+            .seq
+            .prefill_wait_into(obj.handle, table as usize, upto, out)?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { write_written(written, n) }
     })
 }
 
@@ -186,7 +166,7 @@ pub unsafe extern "C" fn engram_prefill_end(pf: *mut engram_prefill) -> engram_s
             return Ok(());
         };
         // Cancels and joins the readers, unless the prefill already ended.
-        obj.seq.lock()?.prefill.end(obj.handle);
+        obj.seq.lock()?.end_prefill(obj.handle);
         Ok(())
     })
 }

@@ -1,5 +1,5 @@
-//! `engram_rows`: a wait's rows, pointing into the engine's buffers, and
-//! the copy into a caller's buffer for the `_into` variants.
+//! `engram_rows`: a wait's rows, pointing into the engine's buffers; and
+//! what the `_into` variants (which copy into a caller's buffer) report.
 
 use std::ffi::c_void;
 
@@ -72,21 +72,11 @@ pub(crate) fn too_small(have: usize, need: usize) -> FfiError {
     )
 }
 
-/// Copies `view` to the front of `out` (already checked large enough) and
-/// reports the bytes written.
+/// Reports the bytes an `_into` call wrote through `*written`.
 ///
 /// # Safety
 /// `written` is NULL (not wanted) or writable.
-pub(crate) unsafe fn copy_into(
-    view: &RowsView<'_>,
-    out: &mut [u8],
-    written: *mut usize,
-) -> FfiResult {
-    let n = view.byte_len();
-    if out.len() < n {
-        return Err(too_small(out.len(), n));
-    }
-    view.copy_to(&mut out[..n])?;
+pub(crate) unsafe fn write_written(written: *mut usize, n: usize) -> FfiResult {
     if !written.is_null() {
         // SAFETY: forwarded from the caller's contract.
         unsafe { write_out(written, "written", n) }?;

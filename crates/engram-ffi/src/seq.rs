@@ -1,21 +1,21 @@
-//! The sequence handle: tokens, decode steps, hints, per-sequence stats. A
-//! sequence owns its live prefill (at most one), so the two share one lock
-//! and a prefill can never outlive the rules its sequence enforces.
-
+//! The sequence handle: tokens, decode steps, hints, per-sequence stats.
+//! It names the core's [`SharedSequence`]: the sequence and its live
+//! prefill (at most one) behind one lock, with the rules the Python package
+//! enforces too, so a prefill can never outlive them; this file converts
+//! the C arguments and results.
 use std::ffi::{c_char, c_void};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
-use engram::prefetch::Sequence;
-use engram::stats::{Stats, Summary};
+use engram::open::SharedSequence;
+use engram::stats::Summary;
 
 use crate::engine::{engram_engine, EngineObj};
 use crate::handles::{self, call_filling, call_making, call_on};
 use crate::prefill::PrefillObj;
 use crate::ptr::{slice_in, slice_out};
-use crate::rows::{copy_into, engram_rows, too_small};
+use crate::rows::{engram_rows, too_small, write_written};
 use crate::status::{call, engram_status, FfiError, FfiResult};
 use crate::text::call_json;
-use engram::open::{PrefillSlot, SeqRegistry};
 
 /// One sequence of tokens on an engine (opaque). Calls on one sequence and
 /// its prefill are serialized (one runs at a time, the others wait); use
@@ -52,76 +52,6 @@ pub struct engram_stall {
     pub max_us: f64,
 }
 
-pub(crate) struct SeqInner {
-    /// The live prefill, named by its handle. Declared before `seq`: ends
-    /// (cancels and joins) before it drops.
-    pub prefill: PrefillSlot<usize>,
-    pub seq: Sequence,
-    /// `engram_seq_free` ran: a call that took its share of the sequence
-    /// before the free but its lock after it is refused, so nothing (a
-    /// prefill handle above all) is started on a freed sequence.
-    freed: bool,
-}
-
-pub(crate) struct SeqObj {
-    pub handle: usize,
-    /// Per table: bytes of one delivered row.
-    pub row_bytes: Vec<usize>,
-    pub rows_per_token: usize,
-    registry: Arc<SeqRegistry>,
-    inner: Mutex<SeqInner>,
-}
-
-impl SeqObj {
-    /// The sequence's state; `ENGRAM_PANIC` if an earlier call panicked
-    /// while holding it (its state may be half-updated),
-    /// `ENGRAM_INVALID_HANDLE` once it was freed.
-    pub fn lock(&self) -> FfiResult<MutexGuard<'_, SeqInner>> {
-        let inner = self.lock_even_freed()?;
-        if inner.freed {
-            return Err(FfiError::new(
-                engram_status::ENGRAM_INVALID_HANDLE,
-                format!(
-                    "engram_seq handle {:#x} was freed (by engram_seq_free on another thread) before this call got to it",
-                    self.handle
-                ),
-            ));
-        }
-        Ok(inner)
-    }
-
-    fn lock_even_freed(&self) -> FfiResult<MutexGuard<'_, SeqInner>> {
-        self.inner.lock().map_err(|_| {
-            FfiError::new(
-                engram_status::ENGRAM_PANIC,
-                "the sequence is unusable after an internal error (panic) in an earlier call; free it",
-            )
-        })
-    }
-
-    /// Checks `table` and returns the bytes of `tokens` tokens of its rows.
-    pub fn rows_bytes(&self, table: u32, tokens: u32) -> FfiResult<usize> {
-        let row_bytes = self.row_bytes.get(table as usize).ok_or_else(|| {
-            FfiError::invalid(format!(
-                "table {table} out of range (the model has {})",
-                self.row_bytes.len()
-            ))
-        })?;
-        Ok(tokens as usize * self.rows_per_token * row_bytes)
-    }
-}
-
-impl SeqInner {
-    fn no_prefill(&self, what: &str) -> FfiResult {
-        match self.prefill.live() {
-            Some(handle) => Err(FfiError::state(format!(
-                "{what} while prefill {handle:#x} is live on this sequence: call engram_prefill_end first"
-            ))),
-            None => Ok(()),
-        }
-    }
-}
-
 /// The `tokens[0..n]` and `mask` arguments of `engram_prefill_begin` and
 /// `engram_seq_row_ids`. The mask from C bytes: nonzero marks a real
 /// token, 0 a dead one (padding), as a Hugging Face `attention_mask` does;
@@ -155,23 +85,8 @@ pub unsafe extern "C" fn engram_seq_new(
     seq: *mut *mut engram_seq,
 ) -> engram_status {
     let make = |obj: Arc<EngineObj>| {
-        let sequence = obj.engine.sequence();
-        let format = obj.engine.config().format;
         let handle = handles::fresh();
-        obj.seqs.opened(handle, sequence.stats_recorder());
-        let new = Arc::new(SeqObj {
-            handle,
-            row_bytes: (0..sequence.tables())
-                .map(|t| obj.row_bytes(t, format))
-                .collect(),
-            rows_per_token: sequence.rows_per_token(),
-            registry: obj.seqs.clone(),
-            inner: Mutex::new(SeqInner {
-                prefill: PrefillSlot::default(),
-                seq: sequence,
-                freed: false,
-            }),
-        });
+        let new = Arc::new(SharedSequence::new(&obj.0, handle));
         // SAFETY: forwarded from the caller's contract.
         unsafe { handles::hand_out(seq, "seq", handle, new) }
     };
@@ -190,24 +105,15 @@ pub unsafe extern "C" fn engram_seq_new(
 #[no_mangle]
 pub unsafe extern "C" fn engram_seq_free(seq: *mut engram_seq) -> engram_status {
     call("engram_seq_free", || {
-        let Some(obj) = handles::take::<SeqObj, _>(seq)? else {
+        let Some(obj) = handles::take::<SharedSequence, _>(seq)? else {
             return Ok(());
         };
-        let stats = match obj.lock_even_freed() {
-            Ok(mut inner) => {
-                // Under the lock: a prefill_begin that already holds a
-                // share of the sequence either ran before (its prefill is
-                // ended here) or finds it freed.
-                inner.freed = true;
-                if let Some((handle, prefill)) = inner.prefill.take() {
-                    let _ = handles::remove::<PrefillObj>(handle);
-                    drop(prefill); // cancels and joins its readers
-                }
-                inner.seq.stats()
-            }
-            Err(_) => Stats::default(), // poisoned: the stats may be torn
-        };
-        obj.registry.freed(obj.handle, stats);
+        // Under the sequence's lock: a prefill_begin that already holds a
+        // share of the sequence either ran before (its prefill is ended
+        // here, its handle forgotten) or finds it closed.
+        obj.close(|prefill| {
+            let _ = handles::remove::<PrefillObj>(prefill);
+        });
         Ok(())
     })
 }
@@ -233,7 +139,7 @@ pub unsafe extern "C" fn engram_seq_row_ids(
     call_on("engram_seq_row_ids", seq, |obj| {
         // SAFETY: forwarded from the caller's contract.
         let (tokens, mask) = unsafe { tokens_in(tokens, n, mask) }?;
-        let row_ids = obj.lock()?.seq.row_ids(tokens, mask.as_deref())?;
+        let row_ids = obj.lock()?.row_ids(tokens, mask.as_deref())?;
         if ids_len < row_ids.len() {
             return Err(FfiError::new(
                 engram_status::ENGRAM_BUFFER_TOO_SMALL,
@@ -262,10 +168,7 @@ pub unsafe extern "C" fn engram_seq_row_ids(
 #[no_mangle]
 pub unsafe extern "C" fn engram_step_begin(seq: *mut engram_seq, token: u32) -> engram_status {
     call_on("engram_step_begin", seq, |obj| {
-        let mut inner = obj.lock()?;
-        inner.no_prefill("engram_step_begin")?;
-        inner.seq.step_begin(token)?;
-        Ok(())
+        Ok(obj.lock()?.step_begin(token)?)
     })
 }
 
@@ -282,12 +185,8 @@ pub unsafe extern "C" fn engram_step_wait(
     table: u32,
     rows: *mut engram_rows,
 ) -> engram_status {
-    let wait = |obj: Arc<SeqObj>| {
-        obj.rows_bytes(table, 1)?;
-        let mut inner = obj.lock()?;
-        let view = inner.seq.step_wait(table as usize)?;
-        Ok(engram_rows::from_view(&view))
-    };
+    let wait =
+        |obj: Arc<SharedSequence>| Ok(obj.step_wait(table as usize, engram_rows::from_view)?);
     // SAFETY: forwarded from the caller's contract.
     unsafe { call_filling("engram_step_wait", seq, rows, "rows", wait) }
 }
@@ -309,16 +208,17 @@ pub unsafe extern "C" fn engram_step_wait_into(
     written: *mut usize,
 ) -> engram_status {
     call_on("engram_step_wait_into", seq, |obj| {
-        let need = obj.rows_bytes(table, 1)?;
+        let need = obj.rows_bytes(table as usize, 1)?;
+        // Before the pointer is checked: a short buffer is the status a
+        // caller sizing it needs, whatever the pointer.
         if out_len < need {
             return Err(too_small(out_len, need));
         }
         // SAFETY: forwarded from the caller's contract.
         let out = unsafe { slice_out(out.cast::<u8>(), out_len, "out") }?;
-        let mut inner = obj.lock()?;
-        let view = inner.seq.step_wait(table as usize)?;
+        let n = obj.step_wait_into(table as usize, out)?;
         // SAFETY: forwarded from the caller's contract.
-        unsafe { copy_into(&view, out, written) }
+        unsafe { write_written(written, n) }
     })
 }
 
@@ -340,8 +240,7 @@ pub unsafe extern "C" fn engram_hint(
     call_on("engram_hint", seq, |obj| {
         // SAFETY: forwarded from the caller's contract.
         let tokens = unsafe { slice_in(tokens, n, "tokens") }?;
-        obj.lock()?.seq.hint(tokens)?;
-        Ok(())
+        Ok(obj.lock()?.hint(tokens)?)
     })
 }
 
@@ -414,8 +313,7 @@ pub unsafe extern "C" fn engram_hint_ex(
         let hints = engram::Hints::draft(draft)
             .with_draft_probs(draft_probs)
             .with_alternatives(alternatives, alternative_probs);
-        obj.lock()?.seq.hint(hints)?;
-        Ok(())
+        Ok(obj.lock()?.hint(hints)?)
     })
 }
 
@@ -430,8 +328,8 @@ pub unsafe extern "C" fn engram_seq_stats_json(
     seq: *mut engram_seq,
     json: *mut *mut c_char,
 ) -> engram_status {
-    let document = |obj: &SeqObj| {
-        let stats = obj.lock()?.seq.stats();
+    let document = |obj: &SharedSequence| {
+        let stats = obj.lock()?.stats();
         Ok(stats.to_json())
     };
     // SAFETY: forwarded from the caller's contract.
@@ -449,8 +347,8 @@ pub unsafe extern "C" fn engram_seq_stall(
     phase: u32,
     stall: *mut engram_stall,
 ) -> engram_status {
-    let summary = |obj: Arc<SeqObj>| {
-        let stats = obj.lock()?.seq.stats();
+    let summary = |obj: Arc<SharedSequence>| {
+        let stats = obj.lock()?.stats();
         let phase = match phase {
             ENGRAM_PHASE_PREFILL => &stats.prefill,
             ENGRAM_PHASE_DECODE => &stats.decode,

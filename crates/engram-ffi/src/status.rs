@@ -126,6 +126,45 @@ impl From<engram::Error> for FfiError {
     }
 }
 
+impl From<engram::SeqError> for FfiError {
+    fn from(e: engram::SeqError) -> FfiError {
+        use engram::{SeqCall, SeqError as E};
+        // Exhaustive: a new refusal does not compile until it is given a
+        // status and C's wording (how a C caller ends a prefill) here.
+        match e {
+            E::Engine(e) => e.into(),
+            E::Poisoned => FfiError::new(
+                ENGRAM_PANIC,
+                "the sequence is unusable after an internal error (panic) in an earlier call; free it",
+            ),
+            E::Closed { id } => FfiError::new(
+                ENGRAM_INVALID_HANDLE,
+                format!(
+                    "engram_seq handle {id:#x} was freed (by engram_seq_free on another thread) before this call got to it"
+                ),
+            ),
+            E::PrefillLive { call, live } => {
+                let what = match call {
+                    SeqCall::Prefill => {
+                        return FfiError::state(format!(
+                            "prefill {live:#x} is still live on this sequence: call engram_prefill_end first"
+                        ))
+                    }
+                    SeqCall::StepBegin => "engram_step_begin",
+                    // The C ABI has no rollback; named for completeness.
+                    SeqCall::Rollback => "rollback",
+                };
+                FfiError::state(format!(
+                    "{what} while prefill {live:#x} is live on this sequence: call engram_prefill_end first"
+                ))
+            }
+            E::PrefillEnded { id } => FfiError::state(format!("prefill {id:#x} has ended")),
+            e @ E::TableOutOfRange { .. } => FfiError::invalid(e.to_string()),
+            E::BufferTooSmall { have, need } => crate::rows::too_small(have, need),
+        }
+    }
+}
+
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engram::io::fault::FaultPlan;
-use engram::open::{EngineBuilder, OpenEngine};
+use engram::open::{EngineBuilder, OpenEngine, TableInfo};
 use engram::prefetch::RowFormat;
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::PyTypeError;
@@ -36,7 +36,8 @@ impl Engine {
 
 context_manager!(Engine, |engine, _py| engine.close());
 
-/// Facts about an engine (`Engine.info`).
+/// Facts about an engine (`Engine.info`): the core's
+/// [`engram::EngineInfo`], its tables' facts as one list per field.
 #[pyclass(module = "engram", frozen, get_all)]
 pub struct Info {
     /// Engram tables, in layer order (table t is consumed by `layer_ids[t]`).
@@ -147,37 +148,24 @@ impl Engine {
     /// dimension, layer ids, format, backend.
     #[getter]
     fn info(&self) -> PyResult<Info> {
-        let e = self.get()?;
-        let config = e.engine.config();
-        let layout = e.engine.layout();
-        let source = e.engine.source();
+        let info = self.get()?.info();
         Ok(Info {
-            tables: layout.tables.len(),
-            rows_per_token: layout.columns(),
-            vocab_size: layout.vocab_size(),
-            row_dim: e.row_dim(0),
-            layer_ids: layout.tables.iter().map(|t| t.layer_id).collect(),
-            table_rows: e.model.tables.iter().map(|t| t.rows).collect(),
-            stored_row_bytes: (0..e.tables()).map(|t| source.row_bytes(t)).collect(),
-            encodings: e.model.tables.iter().map(|t| t.encoding.name()).collect(),
-            table_files: e
-                .model
-                .tables
-                .iter()
-                .map(|t| t.first_file().to_path_buf())
-                .collect(),
-            table_offsets: e.model.tables.iter().map(|t| t.start_offset()).collect(),
-            table_split: e
-                .model
-                .tables
-                .iter()
-                .map(|t| t.shards.len() > 1 || t.shards[0].parts.len() > 1)
-                .collect(),
-            format: config.format.name(),
-            backend: e.backend.name(),
-            backend_note: e.note.clone(),
-            max_wait_tokens: config.ring_tokens(),
-            cached: e.cache.is_some(),
+            tables: info.tables.len(),
+            rows_per_token: info.rows_per_token,
+            vocab_size: info.vocab_size,
+            row_dim: info.row_dim,
+            layer_ids: each(&info.tables, |t| t.layer_id),
+            table_rows: each(&info.tables, |t| t.rows),
+            stored_row_bytes: each(&info.tables, |t| t.stored_row_bytes),
+            encodings: each(&info.tables, |t| t.encoding.name()),
+            table_files: each(&info.tables, |t| t.file.clone()),
+            table_offsets: each(&info.tables, |t| t.offset),
+            table_split: each(&info.tables, |t| t.split),
+            format: info.format.name(),
+            backend: info.backend.name(),
+            backend_note: info.backend_note.clone(),
+            max_wait_tokens: info.max_wait_tokens,
+            cached: info.cached,
         })
     }
 
@@ -259,6 +247,11 @@ impl Engine {
             Err(_) => "engram.Engine(closed)".into(),
         }
     }
+}
+
+/// One fact of every table, in table order.
+fn each<T>(tables: &[TableInfo], fact: impl Fn(&TableInfo) -> T) -> Vec<T> {
+    tables.iter().map(fact).collect()
 }
 
 /// The bytes of an f32 buffer, to read native-endian rows into.

@@ -8,7 +8,7 @@
 //! they refine (`except ValueError` and `except engram.Error` both catch
 //! them), which a single-base exception macro cannot express.
 
-use engram::{Error, ErrorKind};
+use engram::{Error, ErrorKind, SeqCall, SeqError};
 use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -260,30 +260,39 @@ impl<T> IntoPy<T> for engram::Result<T> {
     }
 }
 
-/// A failure inside a call made without the GIL, turned into an exception
-/// once the GIL is back.
-#[derive(Debug)]
-pub(crate) enum Fail {
-    /// A library error.
-    Lib(Error),
-    /// A bad argument found by this crate.
-    Invalid(String),
-    /// A call not allowed in the object's state.
-    State(String),
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Fail {
-        Fail::Lib(e)
+impl<T> IntoPy<T> for Result<T, SeqError> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(seq_to_py)
     }
 }
 
-impl From<Fail> for PyErr {
-    fn from(f: Fail) -> PyErr {
-        match f {
-            Fail::Lib(e) => to_py(e),
-            Fail::Invalid(m) => invalid(m),
-            Fail::State(m) => state(m),
+/// The exception for a refused or failed call on a sequence, worded for
+/// Python callers (how they end a prefill: `Prefill.end` or its `with`
+/// block). The match is exhaustive: a new refusal does not compile until it
+/// is worded here.
+fn seq_to_py(e: SeqError) -> PyErr {
+    match e {
+        SeqError::Engine(e) => to_py(e),
+        SeqError::Poisoned => {
+            state("the sequence is unusable after an internal error (panic); close it")
         }
+        SeqError::Closed { .. } => state("the sequence is closed"),
+        SeqError::PrefillLive { call, .. } => {
+            let what = match call {
+                SeqCall::Prefill => {
+                    return state("a prefill is still open on this sequence: end it first")
+                }
+                SeqCall::StepBegin => "step_begin",
+                SeqCall::Rollback => "rollback",
+            };
+            state(format!(
+                "{what} while a prefill is open on this sequence: end it first (Prefill.end or its with block)"
+            ))
+        }
+        SeqError::PrefillEnded { .. } => state("the prefill has ended"),
+        e @ SeqError::TableOutOfRange { .. } => invalid(e.to_string()),
+        SeqError::BufferTooSmall { have, need } => invalid(format!(
+            "out: {have} bytes; the rows need {need} (nothing was consumed)"
+        )),
     }
 }

@@ -2,47 +2,53 @@
 //! the C ABI's handle does), so a wait on an ended prefill is refused,
 //! never served from freed rings.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use engram::open::SharedSequence;
 use engram::prefetch::Prefill as CorePrefill;
 use pyo3::prelude::*;
 
 use crate::convert::OutBuffer;
-use crate::errors::Fail;
+use crate::errors::IntoPy;
 use crate::gil::context_manager;
 use crate::rows::OwnedRows;
-use crate::sequence::SeqShared;
+
+/// A fresh name for a prefill: never reused in the process, so a `Prefill`
+/// object whose prefill ended can never name a later one of its sequence.
+pub(crate) fn fresh_id() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
 
 /// A prefill in progress on a sequence: waits per table, in increasing
 /// `upto`. A context manager: leaving the `with` block ends it.
 #[pyclass(module = "engram", frozen)]
 pub struct Prefill {
-    shared: Arc<SeqShared>,
-    id: u64,
+    shared: Arc<SharedSequence>,
+    id: usize,
 }
 
 impl Prefill {
-    pub(crate) fn new(shared: Arc<SeqShared>, id: u64) -> Prefill {
+    pub(crate) fn new(shared: Arc<SharedSequence>, id: usize) -> Prefill {
         Prefill { shared, id }
     }
 
-    /// Runs `f` on the live prefill under the sequence's lock.
-    fn with<R>(
+    /// Runs `f` on the live prefill under the sequence's lock, with the GIL
+    /// released.
+    fn with<R: Send>(
         &self,
-        f: impl FnOnce(&mut CorePrefill<'static>) -> Result<R, Fail>,
-    ) -> Result<R, Fail> {
-        let mut inner = self.shared.lock()?;
-        let live = inner
-            .prefill
-            .get(self.id)
-            .ok_or_else(|| Fail::State("the prefill has ended".into()))?;
-        f(live)
+        py: Python<'_>,
+        f: impl FnOnce(&mut CorePrefill<'static>) -> R + Send,
+    ) -> PyResult<R> {
+        py.detach(|| self.shared.with_prefill(self.id, |live| Ok(f(live))))
+            .py_err()
     }
 
     /// Ends the prefill if it is still the live one (joins its readers).
     fn end_now(&self) {
-        if let Ok(mut inner) = self.shared.lock() {
-            inner.prefill.end(self.id);
+        if let Ok(mut state) = self.shared.lock() {
+            state.end_prefill(self.id);
         }
     }
 }
@@ -54,13 +60,13 @@ impl Prefill {
     /// Tokens in the prefill.
     #[getter]
     fn tokens(&self, py: Python<'_>) -> PyResult<u32> {
-        Ok(py.detach(|| self.with(|live| Ok(live.tokens())))?)
+        self.with(py, |live| live.tokens())
     }
 
     /// Most tokens one wait may cover.
     #[getter]
     fn max_wait_tokens(&self, py: Python<'_>) -> PyResult<u32> {
-        Ok(py.detach(|| self.with(|live| Ok(live.max_wait_tokens())))?)
+        self.with(py, |live| live.max_wait_tokens())
     }
 
     /// Blocks (GIL released) until the rows of prompt tokens [0, upto) of
@@ -68,8 +74,13 @@ impl Prefill {
     /// array of shape (tokens, rows_per_token, row_dim) float32 (or
     /// (tokens, rows_per_token, row_bytes) uint8 for raw rows).
     fn wait<'py>(&self, py: Python<'py>, table: usize, upto: u32) -> PyResult<Bound<'py, PyAny>> {
-        let rows =
-            py.detach(|| self.with(|live| Ok(OwnedRows::copy(&live.wait(table, upto)?)?)))?;
+        let rows = py
+            .detach(|| {
+                self.shared
+                    .prefill_wait(self.id, table, upto, OwnedRows::copy)
+            })
+            .py_err()?
+            .py_err()?;
         rows.into_array(py)
     }
 
@@ -85,35 +96,21 @@ impl Prefill {
         upto: u32,
         out: &Bound<'_, PyAny>,
     ) -> PyResult<usize> {
-        self.shared.rows_bytes(table, 0)?;
+        self.shared.rows_bytes(table, 0).py_err()?;
         // `_keep` holds the buffer's memory exported until the copy is done.
-        let (mut buffer, _keep) = OutBuffer::of(out, self.shared.format, 0)?;
-        let written = py.detach(|| {
-            self.with(|live| {
-                // SAFETY: `_keep` is alive until this closure has returned.
-                let out = unsafe { buffer.bytes() };
-                // A wait the library will refuse gets its error, not a size
-                // complaint.
-                let tokens = live.wait_tokens(table, upto)?;
-                let need = self.shared.rows_bytes(table, tokens)?;
-                if out.len() < need {
-                    return Err(Fail::Invalid(format!(
-                        "out: {} bytes; the rows need {need} (nothing was consumed)",
-                        out.len()
-                    )));
-                }
-                let view = live.wait(table, upto)?;
-                view.copy_to(&mut out[..need])?;
-                Ok(need)
-            })
-        })?;
-        Ok(written)
+        let (mut buffer, _keep) = OutBuffer::of(out, self.shared.format(), 0)?;
+        py.detach(|| {
+            // SAFETY: `_keep` is alive until this closure has returned.
+            let out = unsafe { buffer.bytes() };
+            self.shared.prefill_wait_into(self.id, table, upto, out)
+        })
+        .py_err()
     }
 
     /// Tokens of `table` already read (does not block).
     fn ready_tokens(&self, py: Python<'_>, table: usize) -> PyResult<u32> {
-        self.shared.rows_bytes(table, 0)?;
-        Ok(py.detach(|| self.with(|live| Ok(live.ready_tokens(table).unwrap_or(0))))?)
+        self.shared.rows_bytes(table, 0).py_err()?;
+        self.with(py, |live| live.ready_tokens(table).unwrap_or(0))
     }
 
     /// Ends the prefill: pending reads are cancelled, the readers joined

@@ -1,116 +1,37 @@
-//! `engram.Sequence`: a thin class over the core [`engram::prefetch::Sequence`].
+//! `engram.Sequence`: a thin class over the core's [`SharedSequence`] (the
+//! sequence, its live prefill and the rules on them, shared with the C ABI).
 //!
 //! Every call converts its arguments with the GIL held, then releases the
 //! GIL and only then takes the sequence's lock, so a thread blocked in a
 //! wait never holds the GIL and a thread holding the GIL never waits for
 //! the lock while its holder needs the GIL back.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
-use engram::open::{OpenEngine, PrefillSlot, SeqRegistry};
-use engram::prefetch::{RowFormat, Sequence as CoreSequence};
+use engram::open::{OpenEngine, SeqError, SeqState, SharedSequence};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 
 use crate::convert::{self, OutBuffer};
-use crate::errors::{invalid, Fail};
+use crate::errors::{invalid, IntoPy};
 use crate::gil::{context_manager, Closable};
 use crate::json::to_python;
 use crate::prefill::Prefill;
 use crate::rows::OwnedRows;
-
-/// A sequence and its live prefill, behind one lock.
-pub(crate) struct SeqInner {
-    /// The live prefill, named by the id of the `Prefill` object that owns
-    /// it. Declared before `seq`: ends (cancels and joins) before it drops.
-    pub prefill: PrefillSlot<u64>,
-    pub seq: CoreSequence,
-    next_prefill: u64,
-}
-
-/// What every object of one sequence shares.
-pub(crate) struct SeqShared {
-    inner: Mutex<SeqInner>,
-    /// Per table: bytes of one delivered row.
-    pub row_bytes: Vec<usize>,
-    pub rows_per_token: usize,
-    pub format: RowFormat,
-    registry: Arc<SeqRegistry>,
-    id: usize,
-}
-
-impl SeqShared {
-    /// The sequence's state. A panic while it was held is a bug in the
-    /// library: the state may be half-updated, so it is refused.
-    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, SeqInner>, Fail> {
-        self.inner.lock().map_err(|_| {
-            Fail::State("the sequence is unusable after an internal error (panic); close it".into())
-        })
-    }
-
-    /// Bytes of `tokens` tokens of `table`'s rows, or an error naming the
-    /// table.
-    pub(crate) fn rows_bytes(&self, table: usize, tokens: u32) -> Result<usize, Fail> {
-        let row_bytes = self.row_bytes.get(table).ok_or_else(|| {
-            Fail::Invalid(format!(
-                "table {table} out of range (the model has {})",
-                self.row_bytes.len()
-            ))
-        })?;
-        Ok(tokens as usize * self.rows_per_token * row_bytes)
-    }
-}
-
-impl Drop for SeqShared {
-    fn drop(&mut self) {
-        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
-        drop(inner.prefill.take());
-        let stats = inner.seq.stats();
-        self.registry.freed(self.id, stats);
-    }
-}
-
-impl SeqInner {
-    pub(crate) fn no_prefill(&self, what: &str) -> Result<(), Fail> {
-        match self.prefill.live() {
-            Some(_) => Err(Fail::State(format!(
-                "{what} while a prefill is open on this sequence: end it first (Prefill.end or its with block)"
-            ))),
-            None => Ok(()),
-        }
-    }
-}
 
 /// One sequence of tokens on an engine: a prefill over a prompt, then decode
 /// steps. Calls on one sequence are serialized; use one thread per sequence
 /// for overlap.
 #[pyclass(module = "engram", frozen)]
 pub struct Sequence {
-    shared: Closable<Arc<SeqShared>>,
+    shared: Closable<Arc<SharedSequence>>,
 }
 
 impl Sequence {
     pub(crate) fn new(engine: Arc<OpenEngine>) -> PyResult<Sequence> {
-        let seq = engine.engine.sequence();
-        let format = engine.engine.config().format;
-        let shared = Arc::new_cyclic(|weak: &std::sync::Weak<SeqShared>| {
+        let shared = Arc::new_cyclic(|weak: &std::sync::Weak<SharedSequence>| {
             // The id names the sequence in the engine's stats report.
-            let id = weak.as_ptr() as usize;
-            engine.seqs.opened(id, seq.stats_recorder());
-            SeqShared {
-                row_bytes: (0..seq.tables())
-                    .map(|t| engine.row_bytes(t, format))
-                    .collect(),
-                rows_per_token: seq.rows_per_token(),
-                format,
-                registry: engine.seqs.clone(),
-                id,
-                inner: Mutex::new(SeqInner {
-                    prefill: PrefillSlot::default(),
-                    seq,
-                    next_prefill: 1,
-                }),
-            }
+            SharedSequence::new(&engine, weak.as_ptr() as usize)
         });
         Ok(Sequence {
             shared: Closable::new(shared),
@@ -122,13 +43,13 @@ impl Sequence {
     fn locked<R: Send>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut SeqInner) -> Result<R, Fail> + Send,
+        f: impl FnOnce(&mut SeqState) -> Result<R, SeqError> + Send,
     ) -> PyResult<R> {
         let shared = self.shared()?;
-        Ok(py.detach(|| f(&mut *shared.lock()?))?)
+        py.detach(|| f(&mut *shared.lock()?)).py_err()
     }
 
-    fn shared(&self) -> PyResult<Arc<SeqShared>> {
+    fn shared(&self) -> PyResult<Arc<SharedSequence>> {
         self.shared
             .get()
             .ok_or_else(|| crate::errors::state("the sequence is closed"))
@@ -151,12 +72,11 @@ impl Sequence {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (tokens, mask) = (convert::tokens(tokens, "tokens")?, convert::mask(mask)?);
         let shared = self.shared()?;
-        let ids = py.detach(|| -> Result<Vec<u32>, Fail> {
-            Ok(shared.lock()?.seq.row_ids(&tokens, mask.as_deref())?)
-        })?;
-        let tables = shared.row_bytes.len();
+        let ids = py
+            .detach(|| shared.lock()?.row_ids(&tokens, mask.as_deref()))
+            .py_err()?;
         Ok(PyArray1::from_vec(py, ids)
-            .reshape([tokens.len(), tables, shared.rows_per_token])?
+            .reshape([tokens.len(), shared.tables(), shared.rows_per_token()])?
             .into_any())
     }
 
@@ -173,19 +93,9 @@ impl Sequence {
     ) -> PyResult<Prefill> {
         let (tokens, mask) = (convert::tokens(tokens, "tokens")?, convert::mask(mask)?);
         let shared = self.shared()?;
-        let id = py.detach(|| -> Result<u64, Fail> {
-            let mut inner = shared.lock()?;
-            if inner.prefill.live().is_some() {
-                return Err(Fail::State(
-                    "a prefill is still open on this sequence: end it first".into(),
-                ));
-            }
-            let prefill = inner.seq.prefill_detached(&tokens, mask.as_deref())?;
-            let id = inner.next_prefill;
-            inner.next_prefill += 1;
-            inner.prefill.start(id, prefill);
-            Ok(id)
-        })?;
+        let id = crate::prefill::fresh_id();
+        py.detach(|| shared.lock()?.begin_prefill(id, &tokens, mask.as_deref()))
+            .py_err()?;
         Ok(Prefill::new(shared, id))
     }
 
@@ -194,10 +104,7 @@ impl Sequence {
     /// Call as soon as the token is sampled.
     fn step_begin(&self, py: Python<'_>, token: &Bound<'_, PyAny>) -> PyResult<()> {
         let token = convert::token(token)?;
-        self.locked(py, |inner| {
-            inner.no_prefill("step_begin")?;
-            Ok(inner.seq.step_begin(token)?)
-        })
+        self.locked(py, |state| state.step_begin(token))
     }
 
     /// Blocks (GIL released) until the current step's rows of `table` are
@@ -205,12 +112,10 @@ impl Sequence {
     /// float32 (or (1, rows_per_token, row_bytes) uint8 for raw rows).
     fn step_wait<'py>(&self, py: Python<'py>, table: usize) -> PyResult<Bound<'py, PyAny>> {
         let shared = self.shared()?;
-        let rows = py.detach(|| -> Result<OwnedRows, Fail> {
-            shared.rows_bytes(table, 1)?;
-            let mut inner = shared.lock()?;
-            let view = inner.seq.step_wait(table)?;
-            Ok(OwnedRows::copy(&view)?)
-        })?;
+        let rows = py
+            .detach(|| shared.step_wait(table, OwnedRows::copy))
+            .py_err()?
+            .py_err()?;
         rows.into_array(py)
     }
 
@@ -225,18 +130,14 @@ impl Sequence {
         out: &Bound<'_, PyAny>,
     ) -> PyResult<usize> {
         let shared = self.shared()?;
-        let need = shared.rows_bytes(table, 1)?;
+        let need = shared.rows_bytes(table, 1).py_err()?;
         // `_keep` holds the buffer's memory exported until the copy is done.
-        let (mut buffer, _keep) = OutBuffer::of(out, shared.format, need)?;
-        py.detach(|| -> Result<usize, Fail> {
-            let mut inner = shared.lock()?;
-            let view = inner.seq.step_wait(table)?;
+        let (mut buffer, _keep) = OutBuffer::of(out, shared.format(), need)?;
+        py.detach(|| {
             // SAFETY: `_keep` is alive until this closure has returned.
-            let bytes = unsafe { buffer.bytes() };
-            view.copy_to(&mut bytes[..need])?;
-            Ok(need)
+            shared.step_wait_into(table, unsafe { buffer.bytes() })
         })
-        .map_err(PyErr::from)
+        .py_err()
     }
 
     /// Reads, at low priority into the row cache, the rows of guessed next
@@ -273,26 +174,23 @@ impl Sequence {
         };
         let draft_probs = convert::probs(some(draft_probs), "draft_probs")?;
         let alternative_probs = convert::probs(some(alternative_probs), "alternative_probs")?;
-        self.locked(py, |inner| {
+        self.locked(py, |state| {
             let hints = engram::Hints::draft(&draft)
                 .with_draft_probs(&draft_probs)
                 .with_alternatives(&alternatives, &alternative_probs);
-            Ok(inner.seq.hint(hints)?)
+            state.hint(hints)
         })
     }
 
     /// Drops the last `n` tokens (rejected draft tokens).
     fn rollback(&self, py: Python<'_>, n: usize) -> PyResult<()> {
-        self.locked(py, |inner| {
-            inner.no_prefill("rollback")?;
-            Ok(inner.seq.rollback(n)?)
-        })
+        self.locked(py, |state| state.rollback(n))
     }
 
     /// Everything measured on this sequence so far, as a dict (prefill,
     /// decode, hints; per table waits, stall, rows, reads, bytes, latency).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let json = self.locked(py, |inner| Ok(inner.seq.stats().to_json()))?;
+        let json = self.locked(py, |state| Ok(state.stats().to_json()))?;
         to_python(py, &json)
     }
 
@@ -311,7 +209,7 @@ impl Sequence {
 
     /// Tokens in the sequence so far.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        self.locked(py, |inner| Ok(inner.seq.len()))
+        self.locked(py, |state| Ok(state.len()))
     }
 
     /// Ends the sequence: an open prefill is ended, pending reads are

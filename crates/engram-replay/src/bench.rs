@@ -1,14 +1,12 @@
 //! The benchmark: every asked schedule replayed in turn, each on a fresh
 //! engine and compute model, the table files evicted first when cold.
 
-use std::collections::BTreeSet;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use engram::hot::HotSet;
-use engram::io::{cachectl, IoConfig};
+use engram::io::IoConfig;
 use engram::model::Model;
 use engram::{Error, Result};
 
@@ -229,7 +227,7 @@ fn run_one(
         ubatch: config.ubatch,
     };
     if config.cold {
-        evict_tables(model)?;
+        device::evict_tables(model, |_, _| {})?;
     }
     rss::reset_peak();
     let mut compute = config.compute.build(&drive.engram_layers)?;
@@ -286,16 +284,6 @@ fn unique_rows(model: &Model, prompt: &[u32]) -> Result<UniqueRows> {
         hasher.columns(),
         page,
     ))
-}
-
-/// Drops every table file's cached pages.
-fn evict_tables(model: &Model) -> Result<()> {
-    let files: BTreeSet<&Path> = model.tables.iter().flat_map(|t| t.files()).collect();
-    for path in files {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        cachectl::evict(&file).map_err(|e| Error::io(path, e))?;
-    }
-    Ok(())
 }
 
 /// The timing part of a schedule's report.

@@ -1,9 +1,12 @@
 //! The device under the tables: how many random 4 KiB uncached reads per
-//! second it serves at the engine's depth. Measured for a few seconds before
-//! a benchmark (the physical floor of [`crate::floor`] divides by it) and
-//! cached per model file and machine, so repeated runs do not pay for it.
+//! second it serves at the engine's depth, and the eviction of the tables
+//! from the page cache that cold runs start with. The one probe and the one
+//! eviction of the workspace: the bench's floor ([`crate::floor`]) divides
+//! by the probe's rate and `engram iobench` ([`crate::iobench`]) reports it
+//! beside its own phases. Measured for a few seconds and cached per model
+//! file and machine, so repeated runs do not pay for it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
@@ -269,6 +272,19 @@ pub fn probe(
         }
     }
     Ok(Some(report))
+}
+
+/// Drops every table file's cached pages (Linux: fsync +
+/// `POSIX_FADV_DONTNEED`; macOS: `F_NOCACHE`, as it cannot evict without
+/// root), each file once; `evicted` hears each file and what was done.
+pub fn evict_tables(model: &Model, mut evicted: impl FnMut(&Path, &str)) -> Result<()> {
+    let files: BTreeSet<&Path> = model.tables.iter().flat_map(|t| t.files()).collect();
+    for path in files {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let what = cachectl::evict(&file).map_err(|e| Error::io(path, e))?;
+        evicted(path, what);
+    }
+    Ok(())
 }
 
 /// `host|dev:inode:size:mtime` of each table file, and the depth.

@@ -8,8 +8,9 @@
 //! [`driver`] (the replay loop: prefill sweeps, decode steps, hints),
 //! [`bench`](mod@bench) (every schedule in turn, cold, repeated, over a corpus),
 //! [`report`] (the JSON document and the terminal table), [`summary`]
-//! (medians, spreads, ratios), [`floor`] and [`device`] (the physical floor
-//! and the device rate it divides by), [`cputime`] (CPU cost), [`cores`]
+//! (medians, spreads, ratios), [`floor`] and [`device`] (the physical floor,
+//! and the one device probe and table eviction), [`iobench`] (the harness
+//! of `engram iobench`), [`cputime`] (CPU cost), [`cores`]
 //! (pinning), [`plot`] (the SVG), [`prompt`] and [`rss`].
 
 #![deny(missing_docs)]
@@ -22,6 +23,7 @@ pub mod device;
 pub mod driver;
 pub mod floor;
 pub mod hints;
+pub mod iobench;
 pub mod plot;
 pub mod prompt;
 pub mod report;

@@ -12,33 +12,19 @@
 
 #![deny(missing_docs)]
 
-// The modules are the crate's internals: the bindings, the bench and the
-// CLI of this workspace reach into them, so they stay `pub`, but hidden from
-// the docs. An embedder uses the items re-exported below.
-#[doc(hidden)]
-pub mod cache;
-#[doc(hidden)]
-pub mod codec;
-#[doc(hidden)]
-pub mod error;
-#[doc(hidden)]
-pub mod hash;
-#[doc(hidden)]
-pub mod hot;
-#[doc(hidden)]
-pub mod io;
-#[doc(hidden)]
-pub mod layout;
-#[doc(hidden)]
-pub mod model;
-#[doc(hidden)]
-pub mod open;
-#[doc(hidden)]
-pub mod prefetch;
-#[doc(hidden)]
-pub mod splitmix;
-#[doc(hidden)]
-pub mod stats;
+/// Declares the crate's internal modules: `pub`, since the bindings, the
+/// bench and the CLI of this workspace reach into them, but hidden from the
+/// docs, where an embedder finds the items re-exported below. One list, so
+/// a module cannot be added without the attribute.
+macro_rules! internal_modules {
+    ($($name:ident),* $(,)?) => {
+        $(#[doc(hidden)] pub mod $name;)*
+    };
+}
+
+internal_modules!(
+    cache, codec, error, hash, hot, io, layout, model, open, prefetch, splitmix, stats,
+);
 #[cfg(any(test, feature = "test_utils"))]
 #[doc(hidden)]
 pub mod testing;
@@ -50,7 +36,10 @@ pub use io::threads::ReaderSched;
 pub use io::{Backend, IoConfig};
 pub use layout::Family;
 pub use model::Model;
-pub use open::{option, CacheReport, EngineBuilder, EngineOption, OpenEngine, ENV_VARS, OPTIONS};
+pub use open::{
+    option, CacheReport, EngineBuilder, EngineInfo, EngineOption, OpenEngine, SeqCall, SeqError,
+    SeqState, SharedSequence, TableInfo, ENV_VARS, OPTIONS,
+};
 pub use prefetch::{
     Engine, Hints, PrefetchConfig, Prefill, PrefillOrder, RowFormat, RowsView, Sequence,
 };

@@ -111,8 +111,8 @@ pub struct Args {
     pub seed: u64,
 }
 
-/// The flags that choose how the bench learns the device's random read
-/// rate, the floor's divisor.
+/// The flags that choose how the bench (the floor's divisor) and iobench
+/// learn the device's random read rate: one probe, one cache.
 #[derive(Debug, clap::Args)]
 pub struct DeviceArgs {
     /// Device random 4 KiB reads per second for the floor, instead of
@@ -129,7 +129,7 @@ pub struct DeviceArgs {
 }
 
 impl DeviceArgs {
-    fn mode(&self) -> DeviceMode {
+    pub(crate) fn mode(&self) -> DeviceMode {
         match (self.no_floor, self.device_iops) {
             (true, _) => DeviceMode::Off,
             (false, Some(iops)) => DeviceMode::Iops(iops),

@@ -171,12 +171,7 @@ impl Schedule for Ds4Schedule {
     }
 
     fn prefill<'a>(&'a mut self, tokens: &[u32]) -> Result<Box<dyn PrefillRun + 'a>> {
-        let count = u32::try_from(tokens.len()).map_err(|_| {
-            Error::InvalidArgument(format!("a prompt of {} tokens is too long", tokens.len()))
-        })?;
-        let mut ids = Vec::new();
-        self.hasher
-            .hash(&mut self.history, tokens, None, &mut ids)?;
+        let (count, ids) = super::prompt_ids(&self.hasher, &mut self.history, tokens)?;
         let run = Ds4Prefill::start(PrefillSpec {
             tables: self.tables.clone(),
             io: self.io.clone(),

@@ -166,6 +166,21 @@ pub struct ScheduleSetup<'a> {
     pub ubatch: usize,
 }
 
+/// The row ids of `tokens` appended to `history` (`[token][table][column]`)
+/// and their count: how every reimplemented peer's prefill starts.
+pub(crate) fn prompt_ids(
+    hasher: &engram::hash::Hasher,
+    history: &mut engram::hash::History,
+    tokens: &[u32],
+) -> Result<(u32, Vec<u32>)> {
+    let count = u32::try_from(tokens.len()).map_err(|_| {
+        Error::InvalidArgument(format!("a prompt of {} tokens is too long", tokens.len()))
+    })?;
+    let mut ids = Vec::new();
+    hasher.hash(history, tokens, None, &mut ids)?;
+    Ok((count, ids))
+}
+
 /// An error unless `model` is of `family`, the family of the runtime the
 /// schedule `name` replays.
 pub(crate) fn check_family(model: &Model, family: Family, name: &str) -> Result<()> {

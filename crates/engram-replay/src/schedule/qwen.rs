@@ -380,12 +380,7 @@ impl Schedule for QwenSchedule {
     }
 
     fn prefill<'a>(&'a mut self, tokens: &[u32]) -> Result<Box<dyn PrefillRun + 'a>> {
-        let count = u32::try_from(tokens.len()).map_err(|_| {
-            Error::InvalidArgument(format!("a prompt of {} tokens is too long", tokens.len()))
-        })?;
-        let mut ids = Vec::new();
-        self.hasher
-            .hash(&mut self.history, tokens, None, &mut ids)?;
+        let (count, ids) = super::prompt_ids(&self.hasher, &mut self.history, tokens)?;
         // Per table, the prompt's ids in token order.
         let per_token = self.tables * self.columns;
         let table_ids = (0..self.tables)

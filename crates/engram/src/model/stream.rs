@@ -5,7 +5,7 @@
 use std::sync::mpsc;
 
 use super::Progress;
-use crate::Result;
+use crate::{Error, Result};
 
 /// Rows per chunk: 64K rows of 264 bytes is 17 MiB, large enough for
 /// sequential-write speed and small enough that three in flight stay cheap.
@@ -13,6 +13,17 @@ pub const CHUNK_ROWS: u64 = 64 * 1024;
 
 /// Chunks in flight between the producer and the writer.
 const IN_FLIGHT: usize = 3;
+
+/// Refuses a buffer of `len` bytes that is not a whole number of
+/// `width`-byte rows: the check of every synthetic writer's row filler.
+pub fn check_whole_rows(len: usize, width: usize) -> Result<()> {
+    if len % width != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "buffer of {len} bytes is not a whole number of {width}-byte rows"
+        )));
+    }
+    Ok(())
+}
 
 /// A chunk of rows of one table.
 pub struct Chunk {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use super::gguf::GgufWriter;
 use super::hf::{self, HfConfig};
 use super::output::TempDir;
-use super::stream::{stream_tables, Chunk};
+use super::stream::{check_whole_rows, stream_tables, Chunk};
 use super::{ds4, Progress};
 use crate::codec::{Encoding, GROUP, ROW_DIM};
 use crate::layout::Layout;
@@ -67,12 +67,7 @@ pub fn fill_rows(
     out: &mut [u8],
 ) -> Result<()> {
     let width = encoding.row_bytes();
-    if out.len() % width != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "buffer of {} bytes is not a whole number of {width}-byte rows",
-            out.len()
-        )));
-    }
+    check_whole_rows(out.len(), width)?;
     let table_seed = mix(seed ^ mix(table as u64 + 1));
     match encoding {
         Encoding::E4m3E8m0Row264 => {

@@ -5,11 +5,15 @@
 //!
 //! [`EngineBuilder`] holds the options as typed values; [`EngineBuilder::open`]
 //! validates them once and returns an [`OpenEngine`], which also answers the
-//! questions every embedder asks (bytes of a delivered row, synchronous row
-//! reads in either format, the engine's stats document).
+//! questions every embedder asks (its facts, [`OpenEngine::info`]; bytes of a
+//! delivered row; synchronous row reads in either format; the engine's stats
+//! document). A binding's sequence is a [`SharedSequence`]: the sequence and
+//! its live prefill behind one lock, with the rules both bindings enforce.
 
+mod info;
 mod options;
 mod registry;
+mod shared;
 mod slot;
 
 use std::path::Path;
@@ -25,9 +29,10 @@ use crate::model::Model;
 use crate::prefetch::{Engine, PrefetchConfig, RowFormat};
 use crate::{Error, Result};
 
+pub use info::{EngineInfo, TableInfo};
 pub use options::{option, EngineOption, ENV_VARS, OPTIONS};
-pub use registry::{SeqRegistry, SeqsReport};
-pub use slot::PrefillSlot;
+use registry::{SeqRegistry, SeqsReport};
+pub use shared::{SeqCall, SeqError, SeqState, SharedSequence};
 
 /// The options of an engine: how rows are read, how they are scheduled and
 /// the row cache budget. Every option also has a name in [`OPTIONS`], the
@@ -131,8 +136,9 @@ pub struct OpenEngine {
     pub cache: Option<Arc<RowCache>>,
     /// The hot set, when the engine has a hot tier.
     pub hot: Option<Arc<HotSet>>,
-    /// Stats of the engine's sequences, open and closed.
-    pub seqs: Arc<SeqRegistry>,
+    /// Stats of the engine's sequences, open and closed (each
+    /// [`SharedSequence`] reports to it).
+    seqs: Arc<SeqRegistry>,
     /// The options it was opened with (fault injection left out).
     options: EngineBuilder,
 }

@@ -1,5 +1,5 @@
-//! The one prefill a binding's sequence may have live, named by the id the
-//! binding handed out for it.
+//! The one prefill a [`SharedSequence`](super::SharedSequence) may have
+//! live, named by the id the binding handed out for it.
 
 use crate::prefetch::Prefill;
 
@@ -8,9 +8,9 @@ use crate::prefetch::Prefill;
 /// A call naming a prefill that has ended finds nothing here, so the
 /// binding refuses it instead of serving it from freed rings.
 ///
-/// The C ABI and the Python package each keep one beside their
+/// A [`SharedSequence`](super::SharedSequence) keeps one beside its
 /// [`Sequence`](crate::prefetch::Sequence), under the sequence's lock, and
-/// declare it before the sequence so a live prefill ends (cancels and joins
+/// declares it before the sequence so a live prefill ends (cancels and joins
 /// its readers) before the sequence drops.
 pub struct PrefillSlot<Id> {
     live: Option<(Id, Prefill<'static>)>,

@@ -18,7 +18,7 @@ use crate::codec::Encoding;
 use crate::layout::{Layout, QwenParams};
 use crate::model::gguf::{Array, GgufWriter, TensorDecl, Value};
 use crate::model::output::TempDir;
-use crate::model::stream::{stream_tables, Chunk};
+use crate::model::stream::{check_whole_rows, stream_tables, Chunk};
 use crate::model::Progress;
 use crate::{Error, Result};
 
@@ -77,12 +77,7 @@ pub fn fill_rows(
     out: &mut [u8],
 ) -> Result<()> {
     let width = encoding.row_bytes();
-    if out.len() % width != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "buffer of {} bytes is not a whole number of {width}-byte rows",
-            out.len()
-        )));
-    }
+    check_whole_rows(out.len(), width)?;
     let mut values = vec![0f32; encoding.values()];
     for (i, row) in out.chunks_exact_mut(width).enumerate() {
         let r = first_row + i as u64;
