@@ -14,6 +14,9 @@
 
 mod file;
 pub mod identity;
+// Building a hot set from a corpus is a tool (feature `tools`); loading
+// one is the engine's.
+#[cfg(feature = "tools")]
 pub mod profile;
 mod source;
 
