@@ -13,10 +13,13 @@
 //! - [`mmap`]: the lazy-mmap baseline (page faults on access), for comparison.
 //!
 //! Platform cache control lives in [`cachectl`]; a fault-injecting file layer
-//! for tests in [`fault`]. [`open_source`] picks a backend per platform.
+//! for tests in `fault` (feature `test_utils`). [`open_source`] picks a
+//! backend per platform.
 
 pub mod batch;
 pub mod cachectl;
+// Test knobs only: a production build cannot inject a fault.
+#[cfg(any(test, feature = "test_utils"))]
 pub mod fault;
 pub mod files;
 pub mod mmap;

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::cache::{CachedSource, RowCache};
 use crate::hot::{HotConfig, HotSet};
+#[cfg(any(test, feature = "test_utils"))]
 use crate::io::fault::{FaultPlan, FaultSource};
 use crate::io::{open_source, Backend, IoConfig, Opened, RowSource};
 use crate::model::Model;
@@ -47,7 +48,9 @@ pub struct EngineBuilder {
     /// cache and storage (`path: None`: none).
     pub hot: HotConfig,
     /// Faults to inject below the reads (tests only: latency, errors); the
-    /// source is then always the pread pool.
+    /// source is then always the pread pool. Only with the `test_utils`
+    /// feature: a production build has no way to inject one.
+    #[cfg(any(test, feature = "test_utils"))]
     pub faults: Option<FaultPlan>,
 }
 
@@ -75,14 +78,7 @@ impl EngineBuilder {
             readers: self.prefetch.readers,
             ..self.io.clone()
         };
-        let opened = match &self.faults {
-            None => open_source(&model.tables, &io)?,
-            Some(plan) => Opened {
-                source: Arc::new(FaultSource::open(&model.tables, &io, plan.clone())?),
-                backend: Backend::Psync,
-                note: Some("fault injection: the pread pool over faulty files".into()),
-            },
-        };
+        let opened = self.open_source(&model, &io)?;
         let (source, cache) = if self.cache_bytes == 0 {
             (opened.source, None)
         } else {
@@ -109,11 +105,40 @@ impl EngineBuilder {
             cache,
             hot,
             seqs: Arc::default(),
-            options: EngineBuilder {
-                faults: None,
-                ..self.clone()
-            },
+            options: self.without_faults(),
         })
+    }
+
+    /// The row source of `model`'s tables: the faulty pread pool when the
+    /// builder injects faults.
+    #[cfg(any(test, feature = "test_utils"))]
+    fn open_source(&self, model: &Model, io: &IoConfig) -> Result<Opened> {
+        match &self.faults {
+            None => open_source(&model.tables, io),
+            Some(plan) => Ok(Opened {
+                source: Arc::new(FaultSource::open(&model.tables, io, plan.clone())?),
+                backend: Backend::Psync,
+                note: Some("fault injection: the pread pool over faulty files".into()),
+            }),
+        }
+    }
+
+    /// The row source of `model`'s tables.
+    #[cfg(not(any(test, feature = "test_utils")))]
+    fn open_source(&self, model: &Model, io: &IoConfig) -> Result<Opened> {
+        open_source(&model.tables, io)
+    }
+
+    /// This builder with no fault injected (what [`OpenEngine::options`]
+    /// reports: the faults are a test's, not an option).
+    fn without_faults(&self) -> EngineBuilder {
+        #[cfg(any(test, feature = "test_utils"))]
+        return EngineBuilder {
+            faults: None,
+            ..self.clone()
+        };
+        #[cfg(not(any(test, feature = "test_utils")))]
+        self.clone()
     }
 }
 
