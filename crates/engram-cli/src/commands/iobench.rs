@@ -114,13 +114,11 @@ struct PrefillReport {
 pub fn run(args: &IobenchArgs) -> Result<()> {
     let model = Model::open(&args.model)?;
     let backend: Backend = args.backend.parse()?;
-    let config = IoConfig {
-        backend,
-        depth: args.depth,
-        direct: args.direct,
-        max_batch_bytes: args.max_batch_mib.saturating_mul(1 << 20),
-        ..IoConfig::default()
-    };
+    let config = IoConfig::default()
+        .with_backend(backend)
+        .with_depth(args.depth)
+        .with_direct(args.direct)
+        .with_max_batch_bytes(args.max_batch_mib.saturating_mul(1 << 20));
     let opened = open_source(&model.tables, &config)?;
     if let Some(note) = &opened.note {
         eprintln!("iobench: note: {note}");

@@ -34,8 +34,10 @@ use crate::{Error, Result};
 
 /// Hot-tier options of an engine: a hot-row file to load, or a hot set
 /// already loaded (shared by several engines on one model, as the bench's
-/// schedules share one).
+/// schedules share one). Built from `HotConfig::default()` (no hot tier),
+/// [`HotConfig::loaded`] and the `with_*` setters.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct HotConfig {
     /// The hot-row file; `None`: no hot tier (unless `set` is given).
     pub path: Option<PathBuf>,
@@ -45,6 +47,31 @@ pub struct HotConfig {
     /// A hot set already loaded (for this model): used as it is, and
     /// `path` and `mlock` are not read.
     pub set: Option<Arc<HotSet>>,
+}
+
+// Setters, one per field: the struct is `#[non_exhaustive]`, so other
+// crates start from `HotConfig::default()` and chain these.
+impl HotConfig {
+    /// Returns the config with [`HotConfig::path`] set to `path`.
+    #[must_use]
+    pub fn with_path(mut self, path: Option<PathBuf>) -> Self {
+        self.path = path;
+        self
+    }
+
+    /// Returns the config with [`HotConfig::mlock`] set to `mlock`.
+    #[must_use]
+    pub fn with_mlock(mut self, mlock: bool) -> Self {
+        self.mlock = mlock;
+        self
+    }
+
+    /// Returns the config with [`HotConfig::set`] set to `set`.
+    #[must_use]
+    pub fn with_set(mut self, set: Option<Arc<HotSet>>) -> Self {
+        self.set = set;
+        self
+    }
 }
 
 impl HotConfig {

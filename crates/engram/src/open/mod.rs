@@ -34,7 +34,10 @@ pub use slot::PrefillSlot;
 /// the row cache budget. Every option also has a name in [`OPTIONS`], the
 /// one the C and Python bindings use ([`EngineBuilder::set`]). The
 /// defaults read no environment; [`EngineBuilder::apply_env`] applies it.
+/// In Rust: `EngineBuilder::default()` and the `with_*` setters (the
+/// struct is non-exhaustive, so a new option is not a breaking change).
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct EngineBuilder {
     /// How the row source reads. Its `readers` is not used: the source's
     /// threads take `prefetch.readers`, so one setting classes every
@@ -52,6 +55,46 @@ pub struct EngineBuilder {
     /// feature: a production build has no way to inject one.
     #[cfg(any(test, feature = "test_utils"))]
     pub faults: Option<FaultPlan>,
+}
+
+// Setters, one per field: the struct is `#[non_exhaustive]`, so other
+// crates start from `EngineBuilder::default()` and chain these.
+impl EngineBuilder {
+    /// Returns the config with [`EngineBuilder::io`] set to `io`.
+    #[must_use]
+    pub fn with_io(mut self, io: IoConfig) -> Self {
+        self.io = io;
+        self
+    }
+
+    /// Returns the config with [`EngineBuilder::prefetch`] set to `prefetch`.
+    #[must_use]
+    pub fn with_prefetch(mut self, prefetch: PrefetchConfig) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// Returns the config with [`EngineBuilder::cache_bytes`] set to `cache_bytes`.
+    #[must_use]
+    pub fn with_cache_bytes(mut self, cache_bytes: u64) -> Self {
+        self.cache_bytes = cache_bytes;
+        self
+    }
+
+    /// Returns the config with [`EngineBuilder::hot`] set to `hot`.
+    #[must_use]
+    pub fn with_hot(mut self, hot: HotConfig) -> Self {
+        self.hot = hot;
+        self
+    }
+
+    /// Returns the config with [`EngineBuilder::faults`] set to `faults`.
+    #[cfg(any(test, feature = "test_utils"))]
+    #[must_use]
+    pub fn with_faults(mut self, faults: Option<FaultPlan>) -> Self {
+        self.faults = faults;
+        self
+    }
 }
 
 impl EngineBuilder {
