@@ -3,9 +3,10 @@
 //!
 //! N-gram rows follow a Zipf law: a small share of rows serves a large
 //! share of lookups. `engram profile` counts row frequency over a corpus
-//! ([`profile`]), keeps the most frequent rows that fit a budget per table,
-//! and writes their raw bytes to a hot-row file ([`file`], documented in
-//! `docs/model-files.md`). [`HotSet::load`] reads that file with one
+//! (`profile`, feature `tools`), keeps the most frequent rows that fit a
+//! budget per table, and writes their raw bytes to a hot-row file
+//! ([`file`], documented in `docs/model-files.md`). [`HotSet::load`] reads
+//! that file with one
 //! sequential pass (optionally `mlock`ed) and checks it against the model
 //! ([`identity`]); [`HotSource`] is a [`RowSource`] decorator that serves hot
 //! rows from memory and forwards the rest (to the row cache, then storage).
