@@ -60,35 +60,35 @@ pub struct EngineBuilder {
 // Setters, one per field: the struct is `#[non_exhaustive]`, so other
 // crates start from `EngineBuilder::default()` and chain these.
 impl EngineBuilder {
-    /// Returns the config with [`EngineBuilder::io`] set to `io`.
+    /// Returns the builder with [`EngineBuilder::io`] set to `io`.
     #[must_use]
     pub fn with_io(mut self, io: IoConfig) -> Self {
         self.io = io;
         self
     }
 
-    /// Returns the config with [`EngineBuilder::prefetch`] set to `prefetch`.
+    /// Returns the builder with [`EngineBuilder::prefetch`] set to `prefetch`.
     #[must_use]
     pub fn with_prefetch(mut self, prefetch: PrefetchConfig) -> Self {
         self.prefetch = prefetch;
         self
     }
 
-    /// Returns the config with [`EngineBuilder::cache_bytes`] set to `cache_bytes`.
+    /// Returns the builder with [`EngineBuilder::cache_bytes`] set to `cache_bytes`.
     #[must_use]
     pub fn with_cache_bytes(mut self, cache_bytes: u64) -> Self {
         self.cache_bytes = cache_bytes;
         self
     }
 
-    /// Returns the config with [`EngineBuilder::hot`] set to `hot`.
+    /// Returns the builder with [`EngineBuilder::hot`] set to `hot`.
     #[must_use]
     pub fn with_hot(mut self, hot: HotConfig) -> Self {
         self.hot = hot;
         self
     }
 
-    /// Returns the config with [`EngineBuilder::faults`] set to `faults`.
+    /// Returns the builder with [`EngineBuilder::faults`] set to `faults`.
     #[cfg(any(test, feature = "test_utils"))]
     #[must_use]
     pub fn with_faults(mut self, faults: Option<FaultPlan>) -> Self {
