@@ -334,11 +334,9 @@ impl engram_options {
             let s = unsafe { crate::ptr::c_str(self.hot_path, "options.hot_path") }?;
             Some(crate::engine::path_of(s)?)
         };
-        Ok(HotConfig {
-            path,
-            mlock: flag(self.hot_mlock, "hot_mlock")?,
-            ..HotConfig::default()
-        })
+        Ok(HotConfig::default()
+            .with_path(path)
+            .with_mlock(flag(self.hot_mlock, "hot_mlock")?))
     }
 }
 

@@ -2,8 +2,10 @@
 //! [`OpenEngine`], built by [`EngineBuilder`] from keyword options.
 
 use std::sync::Arc;
+#[cfg(feature = "testing")]
 use std::time::Duration;
 
+#[cfg(feature = "testing")]
 use engram::io::fault::FaultPlan;
 use engram::open::{EngineBuilder, OpenEngine, TableInfo};
 use engram::prefetch::RowFormat;
@@ -119,11 +121,22 @@ pub(crate) fn open(
             builder.set(&name, &text).py_err()?;
         }
     }
-    // A test knob: every pread first sleeps this long.
-    builder.faults = (inject_latency_us > 0).then(|| FaultPlan {
-        latency: Some(Duration::from_micros(inject_latency_us)),
-        ..FaultPlan::default()
-    });
+    // A test knob: every pread first sleeps this long. Fault injection is
+    // the core's `test_utils`, in the `testing` build only.
+    #[cfg(feature = "testing")]
+    {
+        builder.faults = (inject_latency_us > 0).then(|| FaultPlan {
+            latency: Some(Duration::from_micros(inject_latency_us)),
+            ..FaultPlan::default()
+        });
+    }
+    #[cfg(not(feature = "testing"))]
+    if inject_latency_us > 0 {
+        return Err(crate::errors::not_built(
+            "inject_latency_us is a test knob, not in this build of engram (built without \
+             the `testing` feature)",
+        ));
+    }
     let opened = py.detach(|| builder.open(&path)).py_err()?;
     Ok(Engine {
         inner: Closable::new(Arc::new(opened)),

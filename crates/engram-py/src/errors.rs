@@ -185,6 +185,14 @@ pub(crate) fn state(message: impl Into<String>) -> PyErr {
     raise(Class::State, message.into(), Facts::default())
 }
 
+/// An `engram.Error` for a function this build leaves out (its cargo
+/// feature was off when the wheel was built). Unused in the `testing`
+/// build, which has every function.
+#[cfg(not(feature = "testing"))]
+pub(crate) fn not_built(message: impl Into<String>) -> PyErr {
+    raise(Class::Base, message.into(), Facts::default())
+}
+
 /// The exception for a library error.
 pub(crate) fn to_py(e: Error) -> PyErr {
     let message = e.to_string();

@@ -14,6 +14,7 @@ use engram::io::{IoConfig, RowSource};
 use engram::layout::{encode, vendored_tokenizer};
 use engram::model::Model;
 use engram::open::{EngineBuilder, OpenEngine};
+use engram::prefetch::PrefetchConfig;
 use engram::splitmix::SplitMix64;
 use engram::{Error, Result};
 use serde::Serialize;
@@ -115,10 +116,6 @@ pub struct PrefillReport {
 }
 
 /// Runs the benchmark on the model at `path`; `note` hears progress.
-// The builder is made by Default plus field assignment: the configs are
-// becoming #[non_exhaustive], which forbids struct literals from other
-// crates.
-#[allow(clippy::field_reassign_with_default)]
 pub fn run_iobench(
     path: &std::path::Path,
     config: &IobenchConfig,
@@ -131,9 +128,9 @@ pub fn run_iobench(
     let device = device::probe(&model, config.io.depth, &config.device, &mut note)?;
     // The engine as embedders open it, without row cache or hot tier, so
     // every read reaches its row source.
-    let mut builder = EngineBuilder::default();
-    builder.io = config.io.clone();
-    builder.prefetch.readers = config.io.readers;
+    let builder = EngineBuilder::default()
+        .with_io(config.io.clone())
+        .with_prefetch(PrefetchConfig::default().with_readers(config.io.readers));
     let engine = builder.build(model.clone())?;
     if let Some(why) = &engine.note {
         note(&format!("note: {why}"));

@@ -24,12 +24,10 @@ fn main() -> engram::Result<()> {
     let table = TableLocation::packed(0, path.into(), 0, len / 264, Encoding::E4m3E8m0Row264);
     let mut x = 0x1234_5678_9abc_def1u64;
     for backend in [Backend::Uring, Backend::Psync, Backend::Mmap] {
-        let config = IoConfig {
-            backend,
-            depth,
-            direct,
-            ..IoConfig::default()
-        };
+        let config = IoConfig::default()
+            .with_backend(backend)
+            .with_depth(depth)
+            .with_direct(direct);
         let source = match open_source(std::slice::from_ref(&table), &config) {
             Ok(o) => o.source,
             Err(e) => {

@@ -211,14 +211,12 @@ fn run(
     format: RowFormat,
     tokens: &[u32],
 ) -> (Vec<u8>, engram::stats::Stats) {
-    let config = PrefetchConfig {
-        chunk_tokens: 128,
-        first_chunk_tokens: 32,
-        ring_chunks: 2,
-        overlap_threshold: 0,
-        format,
-        ..PrefetchConfig::default()
-    };
+    let config = PrefetchConfig::default()
+        .with_chunk_tokens(128)
+        .with_first_chunk_tokens(32)
+        .with_ring_chunks(2)
+        .with_overlap_threshold(0)
+        .with_format(format);
     let engine = Engine::for_model(model, source, config).unwrap();
     let mut seq = engine.sequence();
     let (prompt, decode) = tokens.split_at(600);
@@ -262,10 +260,7 @@ fn rows_are_bit_identical_with_and_without_the_hot_tier() {
             let cache = Arc::new(RowCache::new(1 << 20, 264));
             Arc::new(CachedSource::new(storage(&model), cache))
         };
-        let config = HotConfig {
-            path: Some(out.clone()),
-            ..HotConfig::default()
-        };
+        let config = HotConfig::default().with_path(Some(out.clone()));
         for format in [RowFormat::Raw, RowFormat::F32] {
             for with_cache in [false, true] {
                 let base = if with_cache {
@@ -307,10 +302,7 @@ fn refused(model: &Model, good: &Path, name: &str, mutate: impl Fn(&mut Vec<u8>)
     let mut bytes = std::fs::read(good).unwrap();
     mutate(&mut bytes);
     std::fs::write(&path, &bytes).unwrap();
-    let config = HotConfig {
-        path: Some(path.clone()),
-        ..HotConfig::default()
-    };
+    let config = HotConfig::default().with_path(Some(path.clone()));
     let storage = storage(model);
     let err = hot::layer(model, storage.clone(), &config)
         .err()

@@ -36,10 +36,7 @@ fn each_backend(table: &engram::model::TableLocation) -> Vec<std::sync::Arc<dyn 
     backends()
         .into_iter()
         .filter_map(|backend| {
-            let config = IoConfig {
-                backend,
-                ..IoConfig::default()
-            };
+            let config = IoConfig::default().with_backend(backend);
             open(std::slice::from_ref(table), &config)
         })
         .collect()
@@ -50,14 +47,14 @@ fn configs() -> Vec<IoConfig> {
     for backend in backends() {
         for direct in [false, true] {
             for max_batch_bytes in [16 << 20, 64 << 10] {
-                out.push(IoConfig {
-                    backend,
-                    depth: 8,
-                    direct,
-                    max_batch_bytes,
-                    max_read_bytes: 16 << 10,
-                    ..IoConfig::default()
-                });
+                out.push(
+                    IoConfig::default()
+                        .with_backend(backend)
+                        .with_depth(8)
+                        .with_direct(direct)
+                        .with_max_batch_bytes(max_batch_bytes)
+                        .with_max_read_bytes(16 << 10),
+                );
             }
         }
     }
@@ -180,11 +177,7 @@ fn two_tables_read_concurrently_share_one_source() {
         packed_table(dir.path(), "b.bin", 7, 4000, 4096, 0),
     ];
     for backend in backends() {
-        let config = IoConfig {
-            backend,
-            depth: 4,
-            ..IoConfig::default()
-        };
+        let config = IoConfig::default().with_backend(backend).with_depth(4);
         let Some(source) = open(&tables, &config) else {
             continue;
         };
@@ -232,10 +225,7 @@ fn auto_picks_a_working_backend() {
     );
     // Direct: io_uring on Linux when the kernel allows it, else the pool
     // with a note saying why.
-    let config = IoConfig {
-        direct: true,
-        ..IoConfig::default()
-    };
+    let config = IoConfig::default().with_direct(true);
     let opened = open_source(std::slice::from_ref(&t), &config).unwrap();
     let linux = cfg!(target_os = "linux");
     match opened.backend {

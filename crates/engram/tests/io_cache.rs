@@ -13,11 +13,9 @@ fn source(dir: &std::path::Path) -> Arc<dyn RowSource> {
         packed_table(dir, "a.bin", 11, 3000, 0, 0),
         split_table(dir, 12, 2000),
     ];
-    let config = IoConfig {
-        backend: Backend::Psync,
-        depth: 4,
-        ..IoConfig::default()
-    };
+    let config = IoConfig::default()
+        .with_backend(Backend::Psync)
+        .with_depth(4);
     open_source(&tables, &config).unwrap().source
 }
 

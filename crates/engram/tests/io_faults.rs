@@ -15,14 +15,12 @@ const ROWS: u64 = 4000;
 const BASE: u64 = 512;
 
 fn config(direct: bool) -> IoConfig {
-    IoConfig {
-        backend: Backend::Psync,
-        depth: 4,
-        direct,
-        max_read_bytes: 8192,
-        max_batch_bytes: 64 << 10,
-        ..IoConfig::default()
-    }
+    IoConfig::default()
+        .with_backend(Backend::Psync)
+        .with_depth(4)
+        .with_direct(direct)
+        .with_max_read_bytes(8192)
+        .with_max_batch_bytes(64 << 10)
 }
 
 fn faulty(
@@ -167,10 +165,7 @@ fn external_truncation_while_reading_each_backend() {
         for direct in [false, true] {
             let dir = tempfile::tempdir().unwrap();
             let t = packed_table(dir.path(), "t.bin", 22, ROWS, BASE, 0);
-            let cfg = IoConfig {
-                backend,
-                ..config(direct)
-            };
+            let cfg = config(direct).with_backend(backend);
             let Ok(opened) = open_source(std::slice::from_ref(&t), &cfg) else {
                 continue;
             };
@@ -222,10 +217,7 @@ fn demand_reads_overtake_a_running_hint_batch() {
         ..FaultPlan::default()
     };
     let t = packed_table(dir.path(), "t.bin", 23, ROWS, BASE, 0);
-    let cfg = IoConfig {
-        depth: 8,
-        ..config(false)
-    };
+    let cfg = config(false).with_depth(8);
     let source = Arc::new(FaultSource::open(std::slice::from_ref(&t), &cfg, plan).unwrap());
     let (hint_done, demand_done) = within(60, move || {
         let hinter = {

@@ -51,12 +51,10 @@ fn check(model: &Model, encoding: Encoding) {
     let width = encoding.row_bytes();
     for backend in backends {
         for direct in [false, true] {
-            let config = IoConfig {
-                backend,
-                direct,
-                depth: 8,
-                ..IoConfig::default()
-            };
+            let config = IoConfig::default()
+                .with_backend(backend)
+                .with_direct(direct)
+                .with_depth(8);
             let Ok(opened) = open_source(&model.tables, &config) else {
                 assert_eq!(backend, Backend::Uring, "only io_uring may be unavailable");
                 continue;

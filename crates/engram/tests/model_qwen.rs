@@ -117,12 +117,10 @@ fn every_format_and_encoding_opens_into_the_preset_layout() {
 /// Prefill waits and decode steps deliver exactly the model's own rows.
 fn check_engine(model: &Model, format: RowFormat) {
     let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
-    let config = PrefetchConfig {
-        chunk_tokens: 64,
-        first_chunk_tokens: 16,
-        format,
-        ..PrefetchConfig::default()
-    };
+    let config = PrefetchConfig::default()
+        .with_chunk_tokens(64)
+        .with_first_chunk_tokens(16)
+        .with_format(format);
     let engine = Engine::for_model(model, opened.source, config).unwrap();
     let eos = params().eos_token_id;
     let tokens: Vec<u32> = (0..200u32)

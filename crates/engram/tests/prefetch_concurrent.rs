@@ -18,15 +18,13 @@ fn eight_sequences_prefill_and_decode_concurrently() {
         mem.delay = Some(Duration::from_micros(300)); // stands in for device time
     }
     let (_mem, source) = source_arc(mem);
-    let config = PrefetchConfig {
-        chunk_tokens: 32,
-        first_chunk_tokens: 8,
-        ring_chunks: 2,
-        overlap_threshold: 0,
-        lookup_hints: true,
-        workers: 3,
-        ..PrefetchConfig::default()
-    };
+    let config = PrefetchConfig::default()
+        .with_chunk_tokens(32)
+        .with_first_chunk_tokens(8)
+        .with_ring_chunks(2)
+        .with_overlap_threshold(0)
+        .with_lookup_hints(true)
+        .with_workers(3);
     let engine = Engine::new(source, layout.clone(), config).unwrap();
     within(Duration::from_secs(60), move || {
         std::thread::scope(|scope| {

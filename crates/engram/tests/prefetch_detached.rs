@@ -11,13 +11,11 @@ use engram::Error;
 use prefetch_util::*;
 
 fn config() -> PrefetchConfig {
-    PrefetchConfig {
-        chunk_tokens: 16,
-        first_chunk_tokens: 8,
-        ring_chunks: 2,
-        overlap_threshold: 0,
-        ..PrefetchConfig::default()
-    }
+    PrefetchConfig::default()
+        .with_chunk_tokens(16)
+        .with_first_chunk_tokens(8)
+        .with_ring_chunks(2)
+        .with_overlap_threshold(0)
 }
 
 #[test]

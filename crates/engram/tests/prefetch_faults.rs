@@ -94,19 +94,12 @@ fn prefill_read_error_reaches_waiter_overlapped() {
 
 #[test]
 fn prefill_read_error_reaches_waiter_at_wait_and_one_row_at_a_time() {
-    check_error_reaches_waiter(PrefetchConfig {
-        prefetch: false,
-        batch: false,
-        ..overlap_config()
-    });
+    check_error_reaches_waiter(overlap_config().with_prefetch(false).with_batch(false));
 }
 
 #[test]
 fn prefill_read_error_reaches_waiter_whole_table() {
-    check_error_reaches_waiter(PrefetchConfig {
-        pipeline: false,
-        ..overlap_config()
-    });
+    check_error_reaches_waiter(overlap_config().with_pipeline(false));
 }
 
 #[test]
@@ -189,15 +182,7 @@ fn dropping_the_engine_ends_pending_waits_with_cancelled() {
     let mut mem = MemSource::for_layout(&layout);
     mem.delay = Some(Duration::from_millis(3));
     let (mem, source) = source_arc(mem);
-    let engine = Engine::new(
-        source,
-        layout,
-        PrefetchConfig {
-            workers: 1,
-            ..overlap_config()
-        },
-    )
-    .unwrap();
+    let engine = Engine::new(source, layout, overlap_config().with_workers(1)).unwrap();
     let tokens = prompt(300);
     within(LIMIT, move || {
         let mut seq = engine.sequence();

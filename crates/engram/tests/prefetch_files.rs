@@ -38,14 +38,12 @@ fn prompt(n: usize) -> Vec<u32> {
 }
 
 fn config(format: RowFormat) -> PrefetchConfig {
-    PrefetchConfig {
-        chunk_tokens: 64,
-        first_chunk_tokens: 16,
-        ring_chunks: 2,
-        overlap_threshold: 0,
-        format,
-        ..PrefetchConfig::default()
-    }
+    PrefetchConfig::default()
+        .with_chunk_tokens(64)
+        .with_first_chunk_tokens(16)
+        .with_ring_chunks(2)
+        .with_overlap_threshold(0)
+        .with_format(format)
 }
 
 /// Checks that `view` (of `table`; the prompt's row ids `ids`) holds what
@@ -130,11 +128,7 @@ fn every_backend_with_and_without_cache_matches_model_reads() {
             backends.push(Backend::Uring);
         }
         for backend in backends {
-            let io = IoConfig {
-                backend,
-                depth: 8,
-                ..IoConfig::default()
-            };
+            let io = IoConfig::default().with_backend(backend).with_depth(8);
             let opened = match open_source(&model.tables, &io) {
                 Ok(o) => o,
                 Err(e) if backend == Backend::Uring => {
@@ -167,10 +161,7 @@ fn session_cache_serves_repeated_rows_and_hints() {
     let cache = Arc::new(RowCache::new(8 << 20, 264));
     let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(opened.source, cache.clone()));
     // Reuse off: the prompt's repeats must reach the cache.
-    let config = PrefetchConfig {
-        reuse_bytes: 0,
-        ..config(RowFormat::Raw)
-    };
+    let config = config(RowFormat::Raw).with_reuse_bytes(0);
     let engine = Engine::for_model(&model, source, config).unwrap();
     within(LIMIT, move || {
         let mut seq = engine.sequence();
@@ -270,10 +261,7 @@ fn device_errors_from_the_fault_source_reach_the_waiter() {
             let model = write_model(copy.path(), Encoding::E4m3E8m0Row264);
             let source =
                 FaultSource::open(&model.tables, &IoConfig::default(), plan.clone()).unwrap();
-            let config = PrefetchConfig {
-                reuse_bytes,
-                ..config(RowFormat::Raw)
-            };
+            let config = config(RowFormat::Raw).with_reuse_bytes(reuse_bytes);
             let engine = Engine::for_model(&model, Arc::new(source), config).unwrap();
             let plan = plan.clone();
             let (tokens, expected) = (tokens.clone(), expected.clone());
@@ -374,10 +362,7 @@ fn reuse_store_rows_match_model_reads_with_eviction() {
         // rows are counted as stored, whatever the delivered format.
         let mut hits = Vec::new();
         for budget_rows in [0, 3, 40, 1 << 14] {
-            let config = PrefetchConfig {
-                reuse_bytes: budget_rows * 264,
-                ..config(format)
-            };
+            let config = config(format).with_reuse_bytes(budget_rows * 264);
             let engine = Engine::for_model(&model, opened.source.clone(), config).unwrap();
             let (model, tokens) = (model.clone(), tokens.clone());
             let t0 = within(LIMIT, move || prefill_checked(&engine, &model, &tokens, 50));
@@ -420,15 +405,13 @@ fn wide_layout() -> Layout {
 
 /// A 32-token ring over short read batches, so reading ahead starts soon.
 fn read_ahead_config(format: RowFormat) -> PrefetchConfig {
-    PrefetchConfig {
-        chunk_tokens: 16,
-        first_chunk_tokens: 8,
-        read_batch_tokens: 16,
-        ring_chunks: 2,
-        overlap_threshold: 0,
-        format,
-        ..PrefetchConfig::default()
-    }
+    PrefetchConfig::default()
+        .with_chunk_tokens(16)
+        .with_first_chunk_tokens(8)
+        .with_read_batch_tokens(16)
+        .with_ring_chunks(2)
+        .with_overlap_threshold(0)
+        .with_format(format)
 }
 
 /// Random tokens: most n-grams, so most rows, are distinct (about 1,500
@@ -454,10 +437,7 @@ fn rows_read_ahead_into_the_store_match_model_reads() {
         let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
         // A 32-token ring and a store of 4K rows: most of the prompt is
         // read ahead while the consumer sits in its first layer.
-        let config = PrefetchConfig {
-            reuse_bytes: 4096 * 264,
-            ..read_ahead_config(format)
-        };
+        let config = read_ahead_config(format).with_reuse_bytes(4096 * 264);
         let engine = Engine::for_model(&model, opened.source, config).unwrap();
         let tokens = random_prompt(400);
         let model = model.clone();
@@ -489,11 +469,9 @@ fn an_f32_tables_store_holds_as_many_rows_as_a_raw_ones() {
     let mut ahead = Vec::new();
     for format in [RowFormat::Raw, RowFormat::F32] {
         let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
-        let config = PrefetchConfig {
-            reuse_bytes: 400 * 264,
-            warm_page_cache: false,
-            ..read_ahead_config(format)
-        };
+        let config = read_ahead_config(format)
+            .with_reuse_bytes(400 * 264)
+            .with_warm_page_cache(false);
         let engine = Engine::for_model(&model, opened.source, config).unwrap();
         let tokens = random_prompt(400);
         let t1 = within(LIMIT, move || {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engram::layout::Layout;
-use engram::prefetch::{Engine, PrefetchConfig, Sequence};
+use engram::prefetch::{Engine, Sequence};
 use engram::testing::{small_prefetch, within, MemSource};
 use engram::{Error, Hints};
 
@@ -25,11 +25,7 @@ fn layout() -> Layout {
 /// An engine on `source` with one general reader (hint reads run one at a
 /// time, in the pool's order) and one decode reader.
 fn engine(source: &Arc<MemSource>) -> Engine {
-    let config = PrefetchConfig {
-        workers: 1,
-        decode_workers: 1,
-        ..small_prefetch()
-    };
+    let config = small_prefetch().with_workers(1).with_decode_workers(1);
     Engine::new(source.clone(), layout(), config).unwrap()
 }
 

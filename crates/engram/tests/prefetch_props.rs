@@ -30,19 +30,17 @@ fn config() -> impl Strategy<Value = PrefetchConfig> {
     )
         .prop_map(
             |((chunk, first, ring, threshold), (prefetch, pipeline, batch, lookup), (w, dw))| {
-                PrefetchConfig {
-                    chunk_tokens: chunk,
-                    first_chunk_tokens: first,
-                    ring_chunks: ring,
-                    overlap_threshold: threshold,
-                    prefetch,
-                    pipeline,
-                    batch,
-                    workers: w,
-                    decode_workers: dw,
-                    lookup_hints: lookup,
-                    ..PrefetchConfig::default()
-                }
+                PrefetchConfig::default()
+                    .with_chunk_tokens(chunk)
+                    .with_first_chunk_tokens(first)
+                    .with_ring_chunks(ring)
+                    .with_overlap_threshold(threshold)
+                    .with_prefetch(prefetch)
+                    .with_pipeline(pipeline)
+                    .with_batch(batch)
+                    .with_workers(w)
+                    .with_decode_workers(dw)
+                    .with_lookup_hints(lookup)
             },
         )
 }

@@ -36,11 +36,9 @@ fn with_one_eio(table: usize) -> (tempfile::TempDir, Model, Arc<FaultSource>) {
 }
 
 fn config(prefetch: bool) -> PrefetchConfig {
-    PrefetchConfig {
-        prefetch,
-        overlap_threshold: 0,
-        ..PrefetchConfig::default()
-    }
+    PrefetchConfig::default()
+        .with_prefetch(prefetch)
+        .with_overlap_threshold(0)
 }
 
 /// The model's own rows of `table` for `rows` (synchronous preads).

@@ -17,7 +17,7 @@ use engram::cache::{CachedSource, RowCache};
 use engram::io::fault::{FaultPlan, FaultSource};
 use engram::io::{BatchStats, IoConfig, RowRequest, RowSource, TableShape};
 use engram::model::Model;
-use engram::prefetch::{Engine, PrefetchConfig, Sequence};
+use engram::prefetch::{Engine, Sequence};
 use engram::splitmix::SplitMix64;
 use engram::Result;
 use prefetch_util::{write_file_model, VOCAB};
@@ -209,12 +209,10 @@ fn soak_eight_sequences_under_random_faults() {
         Arc::new(RowCache::new(16 << 10, 264)),
     ));
     let threads_before = threads_now();
-    let config = PrefetchConfig {
-        lookup_hints: true,
-        workers: 3,
-        decode_workers: 2,
-        ..engram::testing::small_prefetch()
-    };
+    let config = engram::testing::small_prefetch()
+        .with_lookup_hints(true)
+        .with_workers(3)
+        .with_decode_workers(2);
     let engine = Engine::for_model(&model, cached.clone(), config).unwrap();
     let counts = Counts::default();
     let deadline = Instant::now() + Duration::from_secs(secs);

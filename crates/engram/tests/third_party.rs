@@ -48,12 +48,10 @@ fn third_party_models_give_their_writers_values() {
         );
         // The engine: row ids, prefill waits, decode steps.
         let opened = open_source(&model.tables, &IoConfig::default()).unwrap();
-        let config = PrefetchConfig {
-            chunk_tokens: 64,
-            first_chunk_tokens: 16,
-            format: RowFormat::F32,
-            ..PrefetchConfig::default()
-        };
+        let config = PrefetchConfig::default()
+            .with_chunk_tokens(64)
+            .with_first_chunk_tokens(16)
+            .with_format(RowFormat::F32);
         let engine = Engine::for_model(&model, opened.source, config).unwrap();
         let mut seq = engine.sequence();
         let ids = seq.row_ids(&tp.tokens, None).unwrap();

@@ -142,9 +142,6 @@ impl DeviceArgs {
 }
 
 impl Args {
-    // IoConfig is built by Default plus field assignment: it is becoming
-    // #[non_exhaustive], which forbids struct literals from other crates.
-    #[allow(clippy::field_reassign_with_default)]
     fn config(&self, family: Family) -> Result<BenchConfig> {
         let backend: Backend = self.backend.parse()?;
         let schedules = match self.schedule.as_deref() {
@@ -155,9 +152,9 @@ impl Args {
             Family::DeepSeekEngram => "gpu:m4-max-ds4",
             Family::Qwen4ExpPle => "gpu:m4-max-qwen38",
         });
-        let mut io = IoConfig::default();
-        io.backend = backend;
-        io.direct = self.direct;
+        let io = IoConfig::default()
+            .with_backend(backend)
+            .with_direct(self.direct);
         Ok(BenchConfig {
             compute: ComputeSpec::parse(compute)?,
             sweep: Sweep::parse(&self.sweep)?,

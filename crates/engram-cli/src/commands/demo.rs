@@ -72,9 +72,6 @@ pub enum DemoFamily {
 }
 
 /// Runs the demo.
-// IoConfig is built by Default plus field assignment: it is becoming
-// #[non_exhaustive], which forbids struct literals from other crates.
-#[allow(clippy::field_reassign_with_default)]
 pub fn run(args: &Args) -> Result<()> {
     let prompts = match &args.corpus {
         Some(dir) => prompt::corpus(dir, args.prefill, args.decode)?,
@@ -121,12 +118,10 @@ pub fn run(args: &Args) -> Result<()> {
             ),
         };
         let model = Model::open(&path)?;
-        let mut io = IoConfig::default();
-        io.direct = true;
         let config = BenchConfig {
             compute: ComputeSpec::parse(compute)?,
             schedules,
-            io,
+            io: IoConfig::default().with_direct(true),
             repeat: args.repeat,
             device: DeviceMode::default_measure(),
             ..BenchConfig::default()

@@ -70,16 +70,13 @@ pub struct IobenchArgs {
 }
 
 /// Runs the benchmark.
-// IoConfig is built by Default plus field assignment: it is becoming
-// #[non_exhaustive], which forbids struct literals from other crates.
-#[allow(clippy::field_reassign_with_default)]
 pub fn run(args: &IobenchArgs) -> Result<()> {
     let backend: Backend = args.backend.parse()?;
-    let mut io = IoConfig::default();
-    io.backend = backend;
-    io.depth = args.depth;
-    io.direct = args.direct;
-    io.max_batch_bytes = args.max_batch_mib.saturating_mul(1 << 20);
+    let io = IoConfig::default()
+        .with_backend(backend)
+        .with_depth(args.depth)
+        .with_direct(args.direct)
+        .with_max_batch_bytes(args.max_batch_mib.saturating_mul(1 << 20));
     let config = IobenchConfig {
         io,
         cold: args.cold,

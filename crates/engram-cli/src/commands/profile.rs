@@ -107,9 +107,6 @@ struct HeldOutSummary {
 }
 
 /// Runs `engram profile`.
-// IoConfig is built by Default plus field assignment: it is becoming
-// #[non_exhaustive], which forbids struct literals from other crates.
-#[allow(clippy::field_reassign_with_default)]
 pub fn run(args: &Args) -> Result<()> {
     let model = Model::open(&args.model)?;
     let layout = match &args.layout_preset {
@@ -193,8 +190,7 @@ pub fn run(args: &Args) -> Result<()> {
     let read_started = Instant::now();
     let file_bytes = match (&args.out, &args.layout_preset) {
         (Some(out), None) => {
-            let mut io = IoConfig::default();
-            io.depth = args.depth;
+            let io = IoConfig::default().with_depth(args.depth);
             let source = open_source(&model.tables, &io)?.source;
             let bar = crate::progress::Bar::new("read hot rows", args.quiet || args.json);
             let info = ProfileInfo {

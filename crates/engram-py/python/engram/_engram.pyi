@@ -154,7 +154,9 @@ def open(
     does not parse is an InvalidArgumentError naming the variable); the
     keywords then override them. By default no variable is read.
 
-    inject_latency_us is a test knob: every read first sleeps this long.
+    inject_latency_us is a test knob: every read first sleeps this long
+    (a wheel built with the `testing` feature only; elsewhere a value
+    above 0 raises Error).
     """
 
 def options() -> dict[str, tuple[str, str, str]]:
@@ -172,7 +174,9 @@ def synth(
 ) -> pathlib.Path:
     """Writes a small synthetic model of a DeepSeek or Qwen4-Exp preset;
     returns the path open() takes. encoding None takes the format's default
-    (e4m3_e8m0_32_row264; Qwen4-Exp: bf16, mlx4 for format "mlx")."""
+    (e4m3_e8m0_32_row264; Qwen4-Exp: bf16, mlx4 for format "mlx").
+    Only in a wheel built with the `testing` feature (the model writers
+    stay out of the shipped one); elsewhere it raises Error."""
 
 _Self = TypeVar("_Self")
 

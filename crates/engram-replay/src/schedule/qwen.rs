@@ -334,16 +334,13 @@ fn distinct(ids: &[u32]) -> u64 {
 }
 
 /// FreeToken's source: the engine's io_uring backend, `O_DIRECT`, depth 64.
-// IoConfig is built by Default plus field assignment: it is becoming
-// #[non_exhaustive], which forbids struct literals from other crates.
-#[allow(clippy::field_reassign_with_default)]
 #[cfg(target_os = "linux")]
 fn freetoken_source(setup: &ScheduleSetup<'_>) -> Result<Arc<dyn engram::io::RowSource>> {
-    let mut io = engram::io::IoConfig::default();
-    io.backend = engram::io::Backend::Uring;
-    io.direct = true;
-    io.depth = FREETOKEN_DEPTH;
-    io.readers = setup.io.readers;
+    let io = engram::io::IoConfig::default()
+        .with_backend(engram::io::Backend::Uring)
+        .with_direct(true)
+        .with_depth(FREETOKEN_DEPTH)
+        .with_readers(setup.io.readers);
     Ok(engram::io::open_source(&setup.model.tables, &io)?.source)
 }
 

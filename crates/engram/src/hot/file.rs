@@ -19,6 +19,7 @@
 //! the file holds.
 
 use std::fs::File;
+#[cfg(feature = "tools")]
 use std::io::{BufWriter, Write};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
@@ -30,6 +31,7 @@ use memmap2::{Advice, Mmap, MmapOptions};
 use serde::{Deserialize, Serialize};
 
 use super::identity::ModelIdentity;
+#[cfg(feature = "tools")]
 use crate::model::output::TempFile;
 use crate::{Error, Result};
 
@@ -74,6 +76,7 @@ pub(crate) struct Header {
 }
 
 /// One table's hot rows about to be written.
+#[cfg(feature = "tools")]
 pub(crate) struct TableData {
     pub ids: Vec<u32>,
     pub rows: Vec<u8>,
@@ -84,7 +87,8 @@ fn data_start(header_len: usize) -> usize {
 }
 
 /// Writes a hot-row file at `path` (under a temporary name, renamed when
-/// complete).
+/// complete). The profiler's (feature `tools`): the engine only loads.
+#[cfg(feature = "tools")]
 pub(crate) fn write(path: &Path, header: &Header, tables: &[TableData]) -> Result<u64> {
     let json = serde_json::to_vec(header).expect("the header holds only plain values");
     if json.len() > MAX_HEADER {

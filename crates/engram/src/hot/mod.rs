@@ -3,9 +3,10 @@
 //!
 //! N-gram rows follow a Zipf law: a small share of rows serves a large
 //! share of lookups. `engram profile` counts row frequency over a corpus
-//! ([`profile`]), keeps the most frequent rows that fit a budget per table,
-//! and writes their raw bytes to a hot-row file ([`file`], documented in
-//! `docs/model-files.md`). [`HotSet::load`] reads that file with one
+//! (`profile`, feature `tools`), keeps the most frequent rows that fit a
+//! budget per table, and writes their raw bytes to a hot-row file
+//! ([`file`], documented in `docs/model-files.md`). [`HotSet::load`] reads
+//! that file with one
 //! sequential pass (optionally `mlock`ed) and checks it against the model
 //! ([`identity`]); [`HotSource`] is a [`RowSource`] decorator that serves hot
 //! rows from memory and forwards the rest (to the row cache, then storage).
@@ -14,6 +15,9 @@
 
 mod file;
 pub mod identity;
+// Building a hot set from a corpus is a tool (feature `tools`); loading
+// one is the engine's.
+#[cfg(feature = "tools")]
 pub mod profile;
 mod source;
 
@@ -31,8 +35,10 @@ use crate::{Error, Result};
 
 /// Hot-tier options of an engine: a hot-row file to load, or a hot set
 /// already loaded (shared by several engines on one model, as the bench's
-/// schedules share one).
+/// schedules share one). Built from `HotConfig::default()` (no hot tier),
+/// [`HotConfig::loaded`] and the `with_*` setters.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct HotConfig {
     /// The hot-row file; `None`: no hot tier (unless `set` is given).
     pub path: Option<PathBuf>,
@@ -42,6 +48,31 @@ pub struct HotConfig {
     /// A hot set already loaded (for this model): used as it is, and
     /// `path` and `mlock` are not read.
     pub set: Option<Arc<HotSet>>,
+}
+
+// Setters, one per field: the struct is `#[non_exhaustive]`, so other
+// crates start from `HotConfig::default()` and chain these.
+impl HotConfig {
+    /// Returns the config with [`HotConfig::path`] set to `path`.
+    #[must_use]
+    pub fn with_path(mut self, path: Option<PathBuf>) -> Self {
+        self.path = path;
+        self
+    }
+
+    /// Returns the config with [`HotConfig::mlock`] set to `mlock`.
+    #[must_use]
+    pub fn with_mlock(mut self, mlock: bool) -> Self {
+        self.mlock = mlock;
+        self
+    }
+
+    /// Returns the config with [`HotConfig::set`] set to `set`.
+    #[must_use]
+    pub fn with_set(mut self, set: Option<Arc<HotSet>>) -> Self {
+        self.set = set;
+        self
+    }
 }
 
 impl HotConfig {

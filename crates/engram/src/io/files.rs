@@ -21,7 +21,8 @@ use crate::{Error, Result};
 /// Reads at a byte offset without moving a cursor (`pread`).
 ///
 /// The pread pool reads through this trait so tests can put a
-/// fault-injecting layer ([`super::fault`]) between the engine and the file.
+/// fault-injecting layer (`super::fault`, feature `test_utils`) between
+/// the engine and the file.
 pub trait PositionalRead: Send + Sync {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read
     /// (0 at end of file).

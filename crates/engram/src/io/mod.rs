@@ -13,10 +13,13 @@
 //! - [`mmap`]: the lazy-mmap baseline (page faults on access), for comparison.
 //!
 //! Platform cache control lives in [`cachectl`]; a fault-injecting file layer
-//! for tests in [`fault`]. [`open_source`] picks a backend per platform.
+//! for tests in `fault` (feature `test_utils`). [`open_source`] picks a
+//! backend per platform.
 
 pub mod batch;
 pub mod cachectl;
+// Test knobs only: a production build cannot inject a fault.
+#[cfg(any(test, feature = "test_utils"))]
 pub mod fault;
 pub mod files;
 pub mod mmap;
@@ -211,8 +214,10 @@ impl FromStr for Backend {
     }
 }
 
-/// Configuration of a row source.
+/// Configuration of a row source: `IoConfig::default()` and the `with_*`
+/// setters (non-exhaustive, so a new option is not a breaking change).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct IoConfig {
     /// Backend to use.
     pub backend: Backend,
@@ -245,6 +250,59 @@ impl Default for IoConfig {
             max_read_bytes: 128 << 10,
             readers: threads::ReaderSched::default(),
         }
+    }
+}
+
+// Setters, one per field: the struct is `#[non_exhaustive]`, so other
+// crates start from `IoConfig::default()` and chain these.
+impl IoConfig {
+    /// Returns the config with [`IoConfig::backend`] set to `backend`.
+    #[must_use]
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Returns the config with [`IoConfig::depth`] set to `depth`.
+    #[must_use]
+    pub fn with_depth(mut self, depth: usize) -> Self {
+        self.depth = depth;
+        self
+    }
+
+    /// Returns the config with [`IoConfig::direct`] set to `direct`.
+    #[must_use]
+    pub fn with_direct(mut self, direct: bool) -> Self {
+        self.direct = direct;
+        self
+    }
+
+    /// Returns the config with [`IoConfig::advise_random`] set to `advise_random`.
+    #[must_use]
+    pub fn with_advise_random(mut self, advise_random: bool) -> Self {
+        self.advise_random = advise_random;
+        self
+    }
+
+    /// Returns the config with [`IoConfig::max_batch_bytes`] set to `max_batch_bytes`.
+    #[must_use]
+    pub fn with_max_batch_bytes(mut self, max_batch_bytes: usize) -> Self {
+        self.max_batch_bytes = max_batch_bytes;
+        self
+    }
+
+    /// Returns the config with [`IoConfig::max_read_bytes`] set to `max_read_bytes`.
+    #[must_use]
+    pub fn with_max_read_bytes(mut self, max_read_bytes: usize) -> Self {
+        self.max_read_bytes = max_read_bytes;
+        self
+    }
+
+    /// Returns the config with [`IoConfig::readers`] set to `readers`.
+    #[must_use]
+    pub fn with_readers(mut self, readers: threads::ReaderSched) -> Self {
+        self.readers = readers;
+        self
     }
 }
 

@@ -18,6 +18,7 @@ use tokenizers::{NormalizedString, Normalizer};
 use crate::{Error, Result};
 
 /// The gzip-compressed DeepSeek V4 `tokenizer.json` (see assets/deepseek-v4/NOTICE.md).
+#[cfg(feature = "vendored-tokenizer")]
 static VENDORED_TOKENIZER_GZ: &[u8] =
     include_bytes!("../../../../assets/deepseek-v4/tokenizer.json.gz");
 
@@ -188,6 +189,22 @@ fn ascii_key(text: &str) -> String {
 }
 
 /// The vendored DeepSeek V4 `tokenizer.json`, decompressed.
+///
+/// Without the `vendored-tokenizer` feature the library carries no copy,
+/// and this (so every vendored accessor) is an [`Error::Tokenizer`] that
+/// says so.
+#[cfg(not(feature = "vendored-tokenizer"))]
+pub fn vendored_tokenizer_json() -> Result<Vec<u8>> {
+    Err(tokenizer_error(
+        VENDORED_SOURCE_NAME,
+        "not in this build of engram (cargo feature `vendored-tokenizer`); a model file \
+         that leaves out its token map needs it (`engram transcode` writes the map into \
+         the file)",
+    ))
+}
+
+/// The vendored DeepSeek V4 `tokenizer.json`, decompressed.
+#[cfg(feature = "vendored-tokenizer")]
 pub fn vendored_tokenizer_json() -> Result<Vec<u8>> {
     let mut json = Vec::new();
     flate2::read::GzDecoder::new(VENDORED_TOKENIZER_GZ)

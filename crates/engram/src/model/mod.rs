@@ -16,12 +16,18 @@ pub mod derive;
 pub mod ds4;
 pub mod gguf;
 pub mod hf;
+// The writers are tools (feature `tools`): an engine that only reads models
+// links none of them.
+#[cfg(feature = "tools")]
 pub mod output;
 pub mod qwen;
 mod rows;
 pub use rows::sample_rows;
+#[cfg(feature = "tools")]
 pub mod convert;
+#[cfg(feature = "tools")]
 pub mod stream;
+#[cfg(feature = "tools")]
 pub mod synth;
 
 use crate::codec::Encoding;

@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use crate::cache::{CachedSource, RowCache};
 use crate::hot::{HotConfig, HotSet};
+#[cfg(any(test, feature = "test_utils"))]
 use crate::io::fault::{FaultPlan, FaultSource};
 use crate::io::{open_source, Backend, IoConfig, Opened, RowSource};
 use crate::model::Model;
@@ -38,7 +39,10 @@ pub use shared::{SeqCall, SeqError, SeqState, SharedSequence};
 /// the row cache budget. Every option also has a name in [`OPTIONS`], the
 /// one the C and Python bindings use ([`EngineBuilder::set`]). The
 /// defaults read no environment; [`EngineBuilder::apply_env`] applies it.
+/// In Rust: `EngineBuilder::default()` and the `with_*` setters (the
+/// struct is non-exhaustive, so a new option is not a breaking change).
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct EngineBuilder {
     /// How the row source reads. Its `readers` is not used: the source's
     /// threads take `prefetch.readers`, so one setting classes every
@@ -52,8 +56,50 @@ pub struct EngineBuilder {
     /// cache and storage (`path: None`: none).
     pub hot: HotConfig,
     /// Faults to inject below the reads (tests only: latency, errors); the
-    /// source is then always the pread pool.
+    /// source is then always the pread pool. Only with the `test_utils`
+    /// feature: a production build has no way to inject one.
+    #[cfg(any(test, feature = "test_utils"))]
     pub faults: Option<FaultPlan>,
+}
+
+// Setters, one per field: the struct is `#[non_exhaustive]`, so other
+// crates start from `EngineBuilder::default()` and chain these.
+impl EngineBuilder {
+    /// Returns the builder with [`EngineBuilder::io`] set to `io`.
+    #[must_use]
+    pub fn with_io(mut self, io: IoConfig) -> Self {
+        self.io = io;
+        self
+    }
+
+    /// Returns the builder with [`EngineBuilder::prefetch`] set to `prefetch`.
+    #[must_use]
+    pub fn with_prefetch(mut self, prefetch: PrefetchConfig) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// Returns the builder with [`EngineBuilder::cache_bytes`] set to `cache_bytes`.
+    #[must_use]
+    pub fn with_cache_bytes(mut self, cache_bytes: u64) -> Self {
+        self.cache_bytes = cache_bytes;
+        self
+    }
+
+    /// Returns the builder with [`EngineBuilder::hot`] set to `hot`.
+    #[must_use]
+    pub fn with_hot(mut self, hot: HotConfig) -> Self {
+        self.hot = hot;
+        self
+    }
+
+    /// Returns the builder with [`EngineBuilder::faults`] set to `faults`.
+    #[cfg(any(test, feature = "test_utils"))]
+    #[must_use]
+    pub fn with_faults(mut self, faults: Option<FaultPlan>) -> Self {
+        self.faults = faults;
+        self
+    }
 }
 
 impl EngineBuilder {
@@ -80,14 +126,7 @@ impl EngineBuilder {
             readers: self.prefetch.readers,
             ..self.io.clone()
         };
-        let opened = match &self.faults {
-            None => open_source(&model.tables, &io)?,
-            Some(plan) => Opened {
-                source: Arc::new(FaultSource::open(&model.tables, &io, plan.clone())?),
-                backend: Backend::Psync,
-                note: Some("fault injection: the pread pool over faulty files".into()),
-            },
-        };
+        let opened = self.open_source(&model, &io)?;
         let (source, cache) = if self.cache_bytes == 0 {
             (opened.source, None)
         } else {
@@ -114,11 +153,40 @@ impl EngineBuilder {
             cache,
             hot,
             seqs: Arc::default(),
-            options: EngineBuilder {
-                faults: None,
-                ..self.clone()
-            },
+            options: self.without_faults(),
         })
+    }
+
+    /// The row source of `model`'s tables: the faulty pread pool when the
+    /// builder injects faults.
+    #[cfg(any(test, feature = "test_utils"))]
+    fn open_source(&self, model: &Model, io: &IoConfig) -> Result<Opened> {
+        match &self.faults {
+            None => open_source(&model.tables, io),
+            Some(plan) => Ok(Opened {
+                source: Arc::new(FaultSource::open(&model.tables, io, plan.clone())?),
+                backend: Backend::Psync,
+                note: Some("fault injection: the pread pool over faulty files".into()),
+            }),
+        }
+    }
+
+    /// The row source of `model`'s tables.
+    #[cfg(not(any(test, feature = "test_utils")))]
+    fn open_source(&self, model: &Model, io: &IoConfig) -> Result<Opened> {
+        open_source(&model.tables, io)
+    }
+
+    /// This builder with no fault injected (what [`OpenEngine::options`]
+    /// reports: the faults are a test's, not an option).
+    fn without_faults(&self) -> EngineBuilder {
+        #[cfg(any(test, feature = "test_utils"))]
+        return EngineBuilder {
+            faults: None,
+            ..self.clone()
+        };
+        #[cfg(not(any(test, feature = "test_utils")))]
+        self.clone()
     }
 }
 

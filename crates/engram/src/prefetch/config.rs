@@ -81,8 +81,11 @@ impl RowFormat {
     }
 }
 
-/// Options of a prefetch [`super::Engine`].
+/// Options of a prefetch [`super::Engine`]: `PrefetchConfig::default()` and
+/// the `with_*` setters (non-exhaustive, so a new option is not a breaking
+/// change).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PrefetchConfig {
     /// Ring chunk size in tokens (default 1,024): the ring of a table holds
     /// `ring_chunks` of them. Also how far ahead of its consumer a table's
@@ -194,6 +197,150 @@ impl Default for PrefetchConfig {
             max_queued_hints: 64,
             readers: ReaderSched::default(),
         }
+    }
+}
+
+// Setters, one per field: the struct is `#[non_exhaustive]`, so other
+// crates start from `PrefetchConfig::default()` and chain these.
+impl PrefetchConfig {
+    /// Returns the config with [`PrefetchConfig::chunk_tokens`] set to `chunk_tokens`.
+    #[must_use]
+    pub fn with_chunk_tokens(mut self, chunk_tokens: u32) -> Self {
+        self.chunk_tokens = chunk_tokens;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::first_chunk_tokens`] set to `first_chunk_tokens`.
+    #[must_use]
+    pub fn with_first_chunk_tokens(mut self, first_chunk_tokens: u32) -> Self {
+        self.first_chunk_tokens = first_chunk_tokens;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::read_batch_tokens`] set to `read_batch_tokens`.
+    #[must_use]
+    pub fn with_read_batch_tokens(mut self, read_batch_tokens: u32) -> Self {
+        self.read_batch_tokens = read_batch_tokens;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::prefill_batches_in_flight`] set to `prefill_batches_in_flight`.
+    #[must_use]
+    pub fn with_prefill_batches_in_flight(mut self, prefill_batches_in_flight: usize) -> Self {
+        self.prefill_batches_in_flight = prefill_batches_in_flight;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::prefill_order`] set to `prefill_order`.
+    #[must_use]
+    pub fn with_prefill_order(mut self, prefill_order: PrefillOrder) -> Self {
+        self.prefill_order = prefill_order;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::ring_chunks`] set to `ring_chunks`.
+    #[must_use]
+    pub fn with_ring_chunks(mut self, ring_chunks: u32) -> Self {
+        self.ring_chunks = ring_chunks;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::reuse_bytes`] set to `reuse_bytes`.
+    #[must_use]
+    pub fn with_reuse_bytes(mut self, reuse_bytes: u64) -> Self {
+        self.reuse_bytes = reuse_bytes;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::warm_page_cache`] set to `warm_page_cache`.
+    #[must_use]
+    pub fn with_warm_page_cache(mut self, warm_page_cache: bool) -> Self {
+        self.warm_page_cache = warm_page_cache;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::overlap_threshold`] set to `overlap_threshold`.
+    #[must_use]
+    pub fn with_overlap_threshold(mut self, overlap_threshold: u32) -> Self {
+        self.overlap_threshold = overlap_threshold;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::prefetch`] set to `prefetch`.
+    #[must_use]
+    pub fn with_prefetch(mut self, prefetch: bool) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::pipeline`] set to `pipeline`.
+    #[must_use]
+    pub fn with_pipeline(mut self, pipeline: bool) -> Self {
+        self.pipeline = pipeline;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::batch`] set to `batch`.
+    #[must_use]
+    pub fn with_batch(mut self, batch: bool) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::format`] set to `format`.
+    #[must_use]
+    pub fn with_format(mut self, format: RowFormat) -> Self {
+        self.format = format;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::workers`] set to `workers`.
+    #[must_use]
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::decode_workers`] set to `decode_workers`.
+    #[must_use]
+    pub fn with_decode_workers(mut self, decode_workers: usize) -> Self {
+        self.decode_workers = decode_workers;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::lookup_hints`] set to `lookup_hints`.
+    #[must_use]
+    pub fn with_lookup_hints(mut self, lookup_hints: bool) -> Self {
+        self.lookup_hints = lookup_hints;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::lookup_max_ngram`] set to `lookup_max_ngram`.
+    #[must_use]
+    pub fn with_lookup_max_ngram(mut self, lookup_max_ngram: usize) -> Self {
+        self.lookup_max_ngram = lookup_max_ngram;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::lookup_tokens`] set to `lookup_tokens`.
+    #[must_use]
+    pub fn with_lookup_tokens(mut self, lookup_tokens: usize) -> Self {
+        self.lookup_tokens = lookup_tokens;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::max_queued_hints`] set to `max_queued_hints`.
+    #[must_use]
+    pub fn with_max_queued_hints(mut self, max_queued_hints: usize) -> Self {
+        self.max_queued_hints = max_queued_hints;
+        self
+    }
+
+    /// Returns the config with [`PrefetchConfig::readers`] set to `readers`.
+    #[must_use]
+    pub fn with_readers(mut self, readers: ReaderSched) -> Self {
+        self.readers = readers;
+        self
     }
 }
 

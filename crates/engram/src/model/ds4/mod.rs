@@ -25,6 +25,8 @@
 
 mod layout;
 mod meta;
+// Metadata for the writers (feature `tools`).
+#[cfg(feature = "tools")]
 mod write;
 
 use std::path::Path;
@@ -36,6 +38,7 @@ use crate::layout::{Layout, TableLayout};
 use crate::{Error, Result};
 use meta::Meta;
 
+#[cfg(feature = "tools")]
 pub use write::{ds41_metadata, table_decls};
 
 /// Name of table `layer_id`'s tensor.

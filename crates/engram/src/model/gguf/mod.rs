@@ -12,9 +12,12 @@
 //! section.
 
 mod read;
+// The writer serves the tools only (synth, pack, transcode).
+#[cfg(feature = "tools")]
 mod write;
 
 pub use read::{read_header, read_header_from};
+#[cfg(feature = "tools")]
 pub use write::{GgufWriter, TensorDecl};
 
 /// `GGUF` read as a little-endian u32.

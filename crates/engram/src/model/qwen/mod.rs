@@ -10,6 +10,8 @@ pub mod config;
 pub mod dir;
 pub mod gguf;
 pub mod names;
+// Writes models: a tool (feature `tools`).
+#[cfg(feature = "tools")]
 pub mod synth;
 
 use std::path::Path;
