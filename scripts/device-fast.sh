@@ -15,7 +15,8 @@
 #   io-*      iobench (depth 64, decode batches of 24) against fio random
 #             4 KiB reads of table 0 at depth 64 and in batches of 24,
 #             buffered and direct (fio skipped, and said so, if absent)
-#   layer8k   8K layer sweep, --ubatch 512: overlap,full, 16 cores and 2
+#   layer8k   8K layer sweep, --ubatch 512: sync (each table read at its
+#             layer), overlap, full, 16 cores and 2
 #   wide8k    the same with --wait-tokens 2048 (waits as wide as the ring)
 #   chunk8k   8K chunk sweep, 16 cores and 2
 #   layer64k  64K layer sweep (LONG_REPEAT repeats at 16 cores, 1 at 2)
@@ -113,12 +114,15 @@ bench() {
         --cores "$cores" --cold --json "$@" > "$res/$name-cores$cores.json"
 }
 
+# Decode first: the parts after it are the longest.
+bench decode "${cores_list%% *}" --schedule ds4-linux,overlap,full --repeat "$repeat" \
+    --prefill 2048 --decode "$decode"
 for cores in $cores_list; do
     long_r=$long_repeat
     [ "$cores" != "${cores_list%% *}" ] && long_r=1
-    bench layer8k "$cores" --schedule overlap,full --repeat "$repeat" \
+    bench layer8k "$cores" --schedule sync,overlap,full --repeat "$repeat" \
         --prefill "$short" --decode 0 --sweep layer
-    bench wide8k "$cores" --schedule overlap,full --repeat "$repeat" \
+    bench wide8k "$cores" --schedule sync,overlap,full --repeat "$repeat" \
         --prefill "$short" --decode 0 --sweep layer --wait-tokens 2048
     bench chunk8k "$cores" --schedule overlap,full --repeat "$repeat" \
         --prefill "$short" --decode 0 --sweep chunk
@@ -135,8 +139,6 @@ for ab in ENGRAM_BATCHES_IN_FLIGHT=2 ENGRAM_READ_BATCH_TOKENS=1024; do
         --prefill "$short" --decode 0 --sweep layer --wait-tokens 2048 \
         > "$res/wide8k-${ab%%=*}-cores$many.json"
 done
-bench decode "${cores_list%% *}" --schedule ds4-linux,overlap,full --repeat "$repeat" \
-    --prefill 2048 --decode "$decode"
 stamp "done"
 
 # One line per run for the status page: stall/floor and decode tok/s ratios.
