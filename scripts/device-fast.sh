@@ -20,8 +20,9 @@
 #   wide8k    the same with --wait-tokens 2048 (waits as wide as the ring)
 #   chunk8k   8K chunk sweep, 16 cores and 2
 #   layer64k  64K layer sweep (LONG_REPEAT repeats at 16 cores, 1 at 2)
-#   wide8k-ENGRAM_*  wide8k's overlap with two batches in flight, and with
-#             read batches of 1,024 tokens (16 cores)
+#   wide8k-ENGRAM_*  wide8k's overlap with one batch in flight (the
+#             default is two), and with read batches of 1,024 tokens
+#             (16 cores)
 #   decode    300 decode steps on gpu:flash (13 ms): ds4-linux (the peer:
 #             both tables before the step), overlap, full
 # on the gpu:flash profile (5,000 prompt tok/s: 38 ms a layer for 8K).
@@ -129,10 +130,11 @@ for cores in $cores_list; do
     bench layer64k "$cores" --schedule overlap,full --repeat "$long_r" \
         --prefill "$long" --decode 0 --sweep layer
 done
-# A/B of the device queue between batches, wide waits, most cores: two
-# batches in flight (one per table), and read batches of 1,024 tokens.
+# A/B of the device queue between batches, wide waits, most cores: one
+# batch in flight (against the default two, one per table), and read
+# batches of 1,024 tokens.
 many=${cores_list%% *}
-for ab in ENGRAM_BATCHES_IN_FLIGHT=2 ENGRAM_READ_BATCH_TOKENS=1024; do
+for ab in ENGRAM_BATCHES_IN_FLIGHT=1 ENGRAM_READ_BATCH_TOKENS=1024; do
     stamp "wide8k $ab"
     env "$ab" "$bin" bench --model "$model" --prompt "$prompt" --compute "$compute" \
         --cores "$many" --cold --json --schedule overlap --repeat "$repeat" \
