@@ -60,24 +60,22 @@ fn half_at(block: &[u8], at: usize) -> u16 {
 
 /// Validates a row: every block's `d` (and `m`) finite.
 pub(crate) fn check(format: Block, raw: &[u8]) -> Result<(), CodecError> {
+    // The block's f16 fields, by name and byte offset: `d`, then `m` in the
+    // formats that have a minimum.
+    let fields: &[(&'static str, usize)] = if format.has_min() {
+        &[("d", 0), ("m", 2)]
+    } else {
+        &[("d", 0)]
+    };
     for (block_index, block) in raw.chunks_exact(format.bytes()).enumerate() {
-        let d = half_at(block, 0);
-        if f16_is_non_finite(d) {
-            return Err(CodecError::NonFiniteBlockScale {
-                block: block_index,
-                field: "d",
-                format: "f16",
-                bits: d,
-            });
-        }
-        if format.has_min() {
-            let m = half_at(block, 2);
-            if f16_is_non_finite(m) {
+        for &(field, at) in fields {
+            let bits = half_at(block, at);
+            if f16_is_non_finite(bits) {
                 return Err(CodecError::NonFiniteBlockScale {
                     block: block_index,
-                    field: "m",
+                    field,
                     format: "f16",
-                    bits: m,
+                    bits,
                 });
             }
         }

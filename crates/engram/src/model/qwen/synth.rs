@@ -141,28 +141,41 @@ pub fn synth(
             "a {format:?} Qwen4-Exp model cannot hold {encoding} rows (hf: bf16, f16, f32, fp8_e4m3; gguf: f32, f16, bf16, q8_0, q5_1, q4_0, q4_1; mlx: mlx4)"
         )));
     }
+    let model = ModelSpec {
+        layout,
+        params,
+        encoding,
+        seed,
+        progress,
+    };
     match format {
         QwenFormat::Gguf => {
             std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
             let path = out.join(GGUF_FILE);
-            write_gguf(&path, layout, params, encoding, seed, progress)?;
+            write_gguf(&path, model)?;
             Ok(path)
         }
         QwenFormat::Hf | QwenFormat::Mlx => {
-            write_dir(out, format, layout, params, encoding, seed, progress)?;
+            write_dir(out, format, model)?;
             Ok(out.to_path_buf())
         }
     }
 }
 
-fn write_gguf(
-    path: &Path,
-    layout: &Layout,
-    params: &QwenParams,
+/// The model every writer below writes: [`synth`]'s arguments but the
+/// place and the format.
+#[derive(Clone, Copy)]
+struct ModelSpec<'a> {
+    layout: &'a Layout,
+    params: &'a QwenParams,
     encoding: Encoding,
     seed: u64,
-    progress: &dyn Progress,
-) -> Result<()> {
+    progress: &'a dyn Progress,
+}
+
+fn write_gguf(path: &Path, model: ModelSpec<'_>) -> Result<()> {
+    let (layout, params, encoding) = (model.layout, model.params, model.encoding);
+    let (seed, progress) = (model.seed, model.progress);
     let [table] = &layout.tables[..] else {
         return Err(Error::InvalidArgument(format!(
             "a qwen4exp GGUF holds one PLE table; this layout has {}",
@@ -306,15 +319,9 @@ fn shard_range(format: QwenFormat, rows: u64, parts: u64, s: u64) -> (u64, u64) 
     }
 }
 
-fn write_dir(
-    dir: &Path,
-    format: QwenFormat,
-    layout: &Layout,
-    params: &QwenParams,
-    encoding: Encoding,
-    seed: u64,
-    progress: &dyn Progress,
-) -> Result<()> {
+fn write_dir(dir: &Path, format: QwenFormat, model: ModelSpec<'_>) -> Result<()> {
+    let (layout, params, encoding) = (model.layout, model.params, model.encoding);
+    let (seed, progress) = (model.seed, model.progress);
     let temp = TempDir::create_for(dir)?;
     let root = temp.dir().to_path_buf();
     let mlx = format == QwenFormat::Mlx;
