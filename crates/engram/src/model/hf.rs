@@ -22,7 +22,7 @@ use safetensors::tensor::Metadata;
 use safetensors::Dtype;
 use serde_json::Value as Json;
 
-use super::{Model, ModelFormat, RowPart, RowShard, TableLocation};
+use super::{Model, ModelFormat, RowPart, TableLocation};
 use crate::codec::{Encoding, GROUP, ROW_DIM};
 use crate::layout::{Layout, LayoutParams};
 use crate::{Error, Result};
@@ -473,27 +473,22 @@ impl Shards {
             self.tensor_checked(&weight_name(layer_id), Dtype::F8_E4M3, rows, ROW_DIM as u64)?;
         let (scale_file, scale_offset) =
             self.tensor_checked(&scale_name(layer_id), Dtype::F8_E8M0, rows, scale_bytes)?;
-        Ok(TableLocation {
+        let values = RowPart {
+            file,
+            offset,
+            bytes_per_row: ROW_DIM as u32,
+        };
+        let scales = RowPart {
+            file: scale_file,
+            offset: scale_offset,
+            bytes_per_row: scale_bytes as u32,
+        };
+        Ok(TableLocation::unsharded(
             layer_id,
             rows,
-            encoding: Encoding::E4m3E8m0Row264,
-            shards: vec![RowShard {
-                first_row: 0,
-                rows,
-                parts: vec![
-                    RowPart {
-                        file,
-                        offset,
-                        bytes_per_row: ROW_DIM as u32,
-                    },
-                    RowPart {
-                        file: scale_file,
-                        offset: scale_offset,
-                        bytes_per_row: scale_bytes as u32,
-                    },
-                ],
-            }],
-        })
+            Encoding::E4m3E8m0Row264,
+            vec![values, scales],
+        ))
     }
 
     fn tensor_checked(

@@ -152,6 +152,22 @@ impl TableLocation {
         encoding: Encoding,
     ) -> TableLocation {
         let bytes_per_row = encoding.row_bytes() as u32;
+        let part = RowPart {
+            file,
+            offset,
+            bytes_per_row,
+        };
+        TableLocation::unsharded(layer_id, rows, encoding, vec![part])
+    }
+
+    /// A table of `rows` rows of `encoding` in one shard whose rows are
+    /// stored in `parts`, in delivered order.
+    pub fn unsharded(
+        layer_id: u32,
+        rows: u64,
+        encoding: Encoding,
+        parts: Vec<RowPart>,
+    ) -> TableLocation {
         TableLocation {
             layer_id,
             rows,
@@ -159,11 +175,7 @@ impl TableLocation {
             shards: vec![RowShard {
                 first_row: 0,
                 rows,
-                parts: vec![RowPart {
-                    file,
-                    offset,
-                    bytes_per_row,
-                }],
+                parts,
             }],
         }
     }
