@@ -8,6 +8,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::{Error, Result};
@@ -236,7 +237,6 @@ impl SequentialFile {
     }
 
     fn write_stage(&mut self, len: usize) -> Result<()> {
-        use std::os::unix::fs::FileExt;
         let buf = &self.storage[self.stage_at..self.stage_at + len];
         match self.file.file().write_all_at(buf, self.written) {
             Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
@@ -276,4 +276,46 @@ fn set_direct(file: &File, on: bool) -> bool {
 #[cfg(not(target_os = "linux"))]
 fn set_direct(_file: &File, _on: bool) -> bool {
     false
+}
+
+/// One tensor of a safetensors file being written.
+pub(crate) struct TensorSpec {
+    /// Tensor name.
+    pub name: String,
+    /// safetensors dtype (`BF16`, `F8_E4M3`, ...).
+    pub dtype: &'static str,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Bytes of its data.
+    pub bytes: u64,
+}
+
+/// Writes the header of a safetensors file holding `tensors` (data in
+/// order) and sizes the file; returns it and each tensor's absolute offset.
+pub(crate) fn create_safetensors(path: &Path, tensors: &[TensorSpec]) -> Result<(std::fs::File, Vec<u64>)> {
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
+    let mut at = 0u64;
+    let mut relative = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        header.insert(
+            t.name.clone(),
+            serde_json::json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [at, at + t.bytes]}),
+        );
+        relative.push(at);
+        at += t.bytes;
+    }
+    let mut text =
+        serde_json::to_vec(&header).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    while text.len() % 8 != 0 {
+        text.push(b' ');
+    }
+    let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    let mut head = (text.len() as u64).to_le_bytes().to_vec();
+    head.extend_from_slice(&text);
+    file.write_all_at(&head, 0)
+        .map_err(|e| Error::io(path, e))?;
+    let start = head.len() as u64;
+    file.set_len(start + at).map_err(|e| Error::io(path, e))?;
+    Ok((file, relative.into_iter().map(|r| start + r).collect()))
 }

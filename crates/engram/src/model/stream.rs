@@ -14,13 +14,23 @@ pub const CHUNK_ROWS: u64 = 64 * 1024;
 /// Chunks in flight between the producer and the writer.
 const IN_FLIGHT: usize = 3;
 
-/// Refuses a buffer of `len` bytes that is not a whole number of
-/// `width`-byte rows: the check of every synthetic writer's row filler.
-pub fn check_whole_rows(len: usize, width: usize) -> Result<()> {
+/// Fills `out`, a whole number of `width`-byte rows, row by row:
+/// `fill(row_id, row)` for each, the first row being `first_row`. Every
+/// synthetic writer's row filler; a buffer of part of a row is refused.
+pub fn each_row(
+    out: &mut [u8],
+    width: usize,
+    first_row: u64,
+    mut fill: impl FnMut(u64, &mut [u8]) -> Result<()>,
+) -> Result<()> {
+    let len = out.len();
     if len % width != 0 {
         return Err(Error::InvalidArgument(format!(
             "buffer of {len} bytes is not a whole number of {width}-byte rows"
         )));
+    }
+    for (i, row) in out.chunks_exact_mut(width).enumerate() {
+        fill(first_row + i as u64, row)?;
     }
     Ok(())
 }

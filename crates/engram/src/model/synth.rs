@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use super::gguf::GgufWriter;
 use super::hf::{self, HfConfig};
-use super::output::TempDir;
-use super::stream::{check_whole_rows, stream_tables, Chunk};
+use super::output::{create_safetensors, TempDir, TensorSpec};
+use super::stream::{each_row, stream_tables, Chunk};
 use super::{ds4, Progress};
 use crate::codec::{Encoding, GROUP, ROW_DIM};
 use crate::layout::Layout;
@@ -67,29 +67,23 @@ pub fn fill_rows(
     out: &mut [u8],
 ) -> Result<()> {
     let width = encoding.row_bytes();
-    check_whole_rows(out.len(), width)?;
     let table_seed = mix(seed ^ mix(table as u64 + 1));
     match encoding {
-        Encoding::E4m3E8m0Row264 => {
-            for (i, row) in out.chunks_exact_mut(width).enumerate() {
-                fill_row264(table_seed, first_row + i as u64, row);
-            }
-        }
+        Encoding::E4m3E8m0Row264 => each_row(out, width, first_row, |r, row| {
+            fill_row264(table_seed, r, row);
+            Ok(())
+        }),
         Encoding::Lloyd4E5m3Row136 => {
             let mut src = [0u8; 264];
-            for (i, row) in out.chunks_exact_mut(width).enumerate() {
-                let r = first_row + i as u64;
+            each_row(out, width, first_row, |r, row| {
                 fill_row264(table_seed, r, &mut src);
-                crate::codec::encode_row136(&src, row).map_err(|e| e.into_error(table, r))?;
-            }
+                crate::codec::encode_row136(&src, row).map_err(|e| e.into_error(table, r))
+            })
         }
-        other => {
-            return Err(Error::InvalidArgument(format!(
-                "synthetic rows are written only in the DeepSeek encodings, not {other}"
-            )))
-        }
+        other => Err(Error::InvalidArgument(format!(
+            "synthetic rows are written only in the DeepSeek encodings, not {other}"
+        ))),
     }
-    Ok(())
 }
 
 /// One 264-byte row: 256 E4M3 codes (no NaN) and 8 E8M0 scales.
@@ -202,29 +196,27 @@ impl SplitShard {
     pub(crate) fn create(path: &Path, layer_id: u32, rows: u64) -> Result<SplitShard> {
         let vb = ROW_DIM as u64;
         let sb = (ROW_DIM / GROUP) as u64;
-        let header = serde_json::json!({
-            "__metadata__": {"format": "pt"},
-            hf::weight_name(layer_id): {"dtype": "F8_E4M3", "shape": [rows, vb], "data_offsets": [0, rows * vb]},
-            hf::scale_name(layer_id): {"dtype": "F8_E8M0", "shape": [rows, sb], "data_offsets": [rows * vb, rows * (vb + sb)]},
-        });
-        let mut json = serde_json::to_vec(&header).expect("JSON");
-        while json.len() % 8 != 0 {
-            json.push(b' ');
-        }
-        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-        let mut head = (json.len() as u64).to_le_bytes().to_vec();
-        head.extend_from_slice(&json);
-        file.write_all_at(&head, 0)
-            .map_err(|e| Error::io(path, e))?;
-        let values_at = head.len() as u64;
-        let data_bytes = rows * (vb + sb);
-        file.set_len(values_at + data_bytes)
-            .map_err(|e| Error::io(path, e))?;
+        let tensors = [
+            TensorSpec {
+                name: hf::weight_name(layer_id),
+                dtype: "F8_E4M3",
+                shape: vec![rows, vb],
+                bytes: rows * vb,
+            },
+            TensorSpec {
+                name: hf::scale_name(layer_id),
+                dtype: "F8_E8M0",
+                shape: vec![rows, sb],
+                bytes: rows * sb,
+            },
+        ];
+        let (file, at) = create_safetensors(path, &tensors)?;
+        let (values_at, data_bytes) = (at[0], rows * (vb + sb));
         Ok(SplitShard {
             file,
             path: path.to_path_buf(),
             values_at,
-            scales_at: values_at + rows * vb,
+            scales_at: at[1],
             data_bytes,
             split_buf: Vec::new(),
         })

@@ -17,8 +17,8 @@ use super::ARCH;
 use crate::codec::Encoding;
 use crate::layout::{Layout, QwenParams};
 use crate::model::gguf::{Array, GgufWriter, TensorDecl, Value};
-use crate::model::output::TempDir;
-use crate::model::stream::{check_whole_rows, stream_tables, Chunk};
+use crate::model::output::{create_safetensors, TempDir, TensorSpec};
+use crate::model::stream::{each_row, stream_tables, Chunk};
 use crate::model::Progress;
 use crate::{Error, Result};
 
@@ -76,17 +76,13 @@ pub fn fill_rows(
     first_row: u64,
     out: &mut [u8],
 ) -> Result<()> {
-    let width = encoding.row_bytes();
-    check_whole_rows(out.len(), width)?;
     let mut values = vec![0f32; encoding.values()];
-    for (i, row) in out.chunks_exact_mut(width).enumerate() {
-        let r = first_row + i as u64;
+    each_row(out, encoding.row_bytes(), first_row, |r, row| {
         row_values(seed, table, r, &mut values);
         encoding
             .encode_row(&values, row)
-            .map_err(|e| e.into_error(table, r))?;
-    }
-    Ok(())
+            .map_err(|e| e.into_error(table, r))
+    })
 }
 
 /// The Qwen4-Exp parameters of preset `name` at `scale`, or an error
@@ -236,44 +232,6 @@ fn write_gguf(path: &Path, model: ModelSpec<'_>) -> Result<()> {
         progress,
     )?;
     writer.finish()
-}
-
-/// One tensor of a safetensors file being written.
-struct TensorSpec {
-    name: String,
-    dtype: &'static str,
-    shape: Vec<u64>,
-    bytes: u64,
-}
-
-/// Writes the header of a safetensors file holding `tensors` (data in
-/// order) and sizes the file; returns it and each tensor's absolute offset.
-fn create_safetensors(path: &Path, tensors: &[TensorSpec]) -> Result<(std::fs::File, Vec<u64>)> {
-    let mut header = serde_json::Map::new();
-    header.insert("__metadata__".into(), json!({"format": "pt"}));
-    let mut at = 0u64;
-    let mut relative = Vec::with_capacity(tensors.len());
-    for t in tensors {
-        header.insert(
-            t.name.clone(),
-            json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [at, at + t.bytes]}),
-        );
-        relative.push(at);
-        at += t.bytes;
-    }
-    let mut text =
-        serde_json::to_vec(&header).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    while text.len() % 8 != 0 {
-        text.push(b' ');
-    }
-    let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-    let mut head = (text.len() as u64).to_le_bytes().to_vec();
-    head.extend_from_slice(&text);
-    file.write_all_at(&head, 0)
-        .map_err(|e| Error::io(path, e))?;
-    let start = head.len() as u64;
-    file.set_len(start + at).map_err(|e| Error::io(path, e))?;
-    Ok((file, relative.into_iter().map(|r| start + r).collect()))
 }
 
 /// Where one part of one shard's rows goes: file, offset, bytes a row,
