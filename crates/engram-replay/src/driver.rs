@@ -159,21 +159,29 @@ struct Timed<'a> {
 }
 
 impl Timed<'_> {
-    fn prefill_layer(&mut self, layer: u32, range: std::ops::Range<usize>, rows: Option<&[f32]>) {
+    /// Runs `f` on the compute model, its thread CPU time charged to it
+    /// when the model asks for that ([`Compute::charges_cpu`]).
+    fn charged<T>(&mut self, f: impl FnOnce(&mut dyn Compute) -> T) -> T {
         let compute = &mut *self.compute;
+        if compute.charges_cpu() {
+            cputime::charged(&mut self.cpu, || f(compute))
+        } else {
+            f(compute)
+        }
+    }
+
+    fn prefill_layer(&mut self, layer: u32, range: std::ops::Range<usize>, rows: Option<&[f32]>) {
         let started = Instant::now();
-        cputime::charged(&mut self.cpu, || compute.prefill_layer(layer, range, rows));
+        self.charged(|c| c.prefill_layer(layer, range, rows));
         self.wall += started.elapsed();
     }
 
     fn begin_step(&mut self, token: u32) {
-        let compute = &mut *self.compute;
-        cputime::charged(&mut self.cpu, || compute.begin_step(token));
+        self.charged(|c| c.begin_step(token));
     }
 
     fn step_layer(&mut self, layer: u32, rows: Option<&[f32]>) {
-        let compute = &mut *self.compute;
-        cputime::charged(&mut self.cpu, || compute.step_layer(layer, rows));
+        self.charged(|c| c.step_layer(layer, rows));
     }
 }
 

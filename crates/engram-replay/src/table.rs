@@ -19,7 +19,7 @@ pub fn about() -> BTreeMap<&'static str, &'static str> {
         ("decode.stall_us", "per decode step, time blocked in step_begin and the waits, microseconds"),
         ("floor.prefill_stall_seconds", "the least prefill stall a perfect scheduler would leave: max over waits of (unique reads needed so far, rows starting in one 4 KiB page counted once, / device.iops - compute before the wait)"),
         ("floor.stall_over_floor", "measured prefill stall / floor (absent when the floor is 0)"),
-        ("cpu", "process user+system CPU time outside the compute model (compute model's own thread CPU time subtracted)"),
+        ("cpu", "process user+system CPU time outside the compute model (the cpu compute model's own thread CPU time subtracted; a gpu stand-in only sleeps, and its few clock reads a layer are counted here)"),
         ("device.iops", "random 4 KiB uncached reads per second at device.depth reads in flight"),
         ("io.bytes_read", "bytes moved from storage (uncached reads move whole 4 KiB pages)"),
         ("io.warm_bytes", "engine schedules: bytes the prefill's page-cache warm-up moved from storage (rows read ahead of the ring only to bring them into the page cache, the bytes dropped; warm_rows and warm_reads count them), not in io.bytes_read, which holds the ring's later page-cache reads of those rows: the prefill's reads moved bytes_read + warm_bytes"),

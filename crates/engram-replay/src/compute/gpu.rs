@@ -227,6 +227,10 @@ impl Compute for GpuCompute {
         self.profile.layers
     }
 
+    fn charges_cpu(&self) -> bool {
+        false
+    }
+
     fn begin_prefill(&mut self, _tokens: &[u32]) {
         self.last = None;
     }

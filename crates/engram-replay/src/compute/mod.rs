@@ -30,6 +30,17 @@ pub trait Compute: Send {
         false
     }
 
+    /// Whether the replay charges the thread CPU time of each call to the
+    /// model (`true`, the default), so that the CPU figures count only what
+    /// a schedule adds outside it. A model that only sleeps says `false`:
+    /// its CPU is a few clock reads a layer, while charging it costs two
+    /// thread-CPU clock reads a layer, system calls (about 0.75 us each on
+    /// the 2-core VM), which would land in the gaps between layers and
+    /// count against every schedule's decode rate.
+    fn charges_cpu(&self) -> bool {
+        true
+    }
+
     /// Starts a prefill of `tokens` (positions `0..tokens.len()` of a new
     /// sequence). Called once, before any layer.
     fn begin_prefill(&mut self, tokens: &[u32]);
