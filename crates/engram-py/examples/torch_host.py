@@ -139,11 +139,11 @@ class Host:
         and the GPU idles for as long as it takes: on the H200 host, table
         0's part of a `flash` step took the host 440 us, of which 256 us
         were the engine's wait, and `pinned`'s (no engine) 190 us
-        (docs/log/2026-12-gpu.md, "Where `overlap`'s decode loss is"). DeviceRows makes no
-        event or view there. Under `resident` the host launches one
-        device-to-device copy from the step's rows gathered before the run,
-        on the compute stream, where the others' copy is waited for: the
-        same graphs read the same bytes, with the least the host can do."""
+        (docs/log/2026-12-gpu.md, "Where `overlap`'s decode loss is").
+        DeviceRows makes no event or view there. Under `resident` the host
+        launches one device-to-device copy, on the compute stream, from the
+        step's rows gathered before the run: the same graphs read the same
+        bytes, and the host does the least it can between them."""
         if self.step_rows is not None:
             seg.rows.copy_(self.step_rows[seg.table][pos - self.args.prefill])
             return
