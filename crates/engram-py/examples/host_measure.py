@@ -262,10 +262,9 @@ def spread(values: list) -> dict:
     return {"median": statistics.median(values), "min": values[0], "max": values[-1]}
 
 
-def best_of(runs: dict, names: tuple, phase: str) -> list:
-    """Per repeat, the highest tok/s of the named schedules that ran."""
-    ran = [runs[n] for n in names if runs.get(n)]
-    return [max(r[phase]["tok_s"] for r in same) for same in zip(*ran)] if ran else []
+def repeat_tok_s(runs: dict, name: str, phase: str) -> list:
+    """Per repeat, the named schedule's tok/s (empty where it did not run)."""
+    return [r[phase]["tok_s"] for r in runs.get(name) or []]
 
 
 def share(rs: list, floors: list, phase: str) -> dict:
@@ -273,26 +272,38 @@ def share(rs: list, floors: list, phase: str) -> dict:
     return spread([r[phase]["tok_s"] / f for r, f in zip(rs, floors) if f])
 
 
+# The floor (rows already on the GPU), and the copy path from host memory
+# with no engine: a floor slower than the copy path is no floor, and the
+# summary says so rather than picking the faster of the two.
+FLOOR, COPY_PATH = "resident", "pinned"
+
+
 def summarize(runs: dict, args) -> list:
-    """Per schedule: medians (and min-max) over the repeats, tok/s as a share
-    of `resident` taken within each repeat, and of the faster of `resident`
-    and `pinned` (`of_floor`): on the H200, `resident`'s decode ran 3-10%
-    slower than `pinned`'s with the same graphs and the same result
-    (docs/log/2026-12-gpu.md, "2026-12-01 23:00 series"), so `resident` alone is no floor there."""
-    floor = runs.get("resident")
+    """Per schedule: medians (and min-max) over the repeats, and tok/s as a
+    share of the floor (`resident`: `of_resident`) and of `pinned`
+    (`of_pinned`), each taken within a repeat. On the H200, an earlier
+    `resident` (each step's rows gathered from Python between the decode
+    graphs) decoded 3-10% slower than `pinned` with the same graphs and the
+    same result (docs/log/2026-12-gpu.md, "`resident` is not the floor on
+    this GPU"); so where both ran, `resident`'s row has
+    `PHASE_floor_below_pinned`: whether its median share of `pinned` is
+    under 1, when ratios against it overstate every other schedule."""
+    floor = runs.get(FLOOR)
     rows = []
     for schedule, rs in runs.items():
         row = {"schedule": schedule}
         for phase in ("prefill", "decode"):
             tok = [r[phase]["tok_s"] for r in rs]
             row[f"{phase}_tok_s"] = spread(tok)["median"]
-            for name, floors in (("resident", best_of(runs, ("resident",), phase)),
-                                 ("floor", best_of(runs, ("resident", "pinned"), phase))):
+            for name in (FLOOR, COPY_PATH):
+                floors = repeat_tok_s(runs, name, phase)
                 if floors:
                     sp = share(rs, floors, phase)
                     row[f"{phase}_of_{name}"] = sp["median"]
                     row[f"{phase}_of_{name}_min"] = sp["min"]
                     row[f"{phase}_of_{name}_max"] = sp["max"]
+            if schedule == FLOOR and row.get(f"{phase}_of_{COPY_PATH}") is not None:
+                row[f"{phase}_floor_below_{COPY_PATH}"] = row[f"{phase}_of_{COPY_PATH}"] < 1.0
             if "stall" in rs[0][phase]:
                 per_token = [r[phase]["stall"]["per_token_us"] for r in rs]
                 for key in ("mean_us", "p50_us", "p99_us"):

@@ -87,3 +87,30 @@ def test_a_chunk_sweeps_waits_count_every_table_waited_on_so_far():
         (0, 50, 10.0, 50), (1, 50, 15.0, 100), (0, 100, 30.0, 150), (1, 100, 35.0, 200)]
     # 1,000 reads a second: the last wait binds, 0.2 s of reads after 35 ms.
     assert host_measure.floor_s(points, 1000.0) == pytest.approx(0.165)
+
+
+def test_the_summary_sets_every_schedule_against_resident_and_flags_a_slower_floor():
+    def run(prefill, decode):
+        return {"prefill": {"tok_s": prefill}, "decode": {"tok_s": decode}}
+
+    args = SimpleNamespace(layers=4)
+    # Two repeats: resident's decode under pinned's in both, its prefill over.
+    runs = {"resident": [run(100.0, 9.0), run(100.0, 9.5)],
+            "pinned": [run(80.0, 10.0), run(80.0, 10.0)],
+            "overlap": [run(50.0, 9.9), run(60.0, 9.8)]}
+    rows = {r["schedule"]: r for r in host_measure.summarize(runs, args)}
+    overlap = rows["overlap"]
+    assert overlap["decode_of_resident"] == pytest.approx((9.9 / 9.0 + 9.8 / 9.5) / 2)
+    assert overlap["decode_of_pinned"] == pytest.approx(0.985)
+    assert overlap["prefill_of_resident_min"] == pytest.approx(0.5)
+    # The floor is resident whatever pinned did; its row says when it was slower.
+    resident = rows["resident"]
+    assert resident["decode_of_resident"] == 1.0
+    assert resident["decode_of_pinned"] == pytest.approx(0.925)
+    assert resident["decode_floor_below_pinned"] is True
+    assert resident["prefill_floor_below_pinned"] is False
+    assert not any(key.endswith("floor_below_pinned") for key in overlap)
+    assert not any("_of_floor" in key for row in rows.values() for key in row)
+    # Without pinned: nothing to flag.
+    rows = host_measure.summarize({"resident": runs["resident"]}, args)
+    assert not any("pinned" in key for key in rows[0])
