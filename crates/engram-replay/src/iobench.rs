@@ -113,6 +113,16 @@ pub struct PrefillReport {
     pub seconds: f64,
     /// Distinct rows read per second.
     pub unique_rows_per_s: f64,
+    /// Read requests of the median run (rows sharing a page coalesced, a
+    /// row spanning two pages one read).
+    pub reads: u64,
+    /// Reads in flight on average over the median run, by Little's law:
+    /// the sum of its reads' latencies (from the backend's start of a read
+    /// to its completion) over the call's wall time. Against `--depth` it
+    /// says how much of the depth the backend kept at the device: a pread
+    /// pool has `depth` workers and the waiting thread, a ring `depth`
+    /// entries.
+    pub mean_in_flight: f64,
 }
 
 /// Runs the benchmark on the model at `path`; `note` hears progress.
@@ -312,16 +322,19 @@ impl<N: FnMut(&str)> Bench<'_, N> {
                 stats.reads_issued,
                 stats.bytes_read >> 20
             ));
-            runs.push((seconds, stats.rows_unique));
+            let busy_ns: u64 = stats.read_latencies_ns.iter().sum();
+            runs.push((seconds, stats.rows_unique, stats.reads_issued, busy_ns));
         }
         runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (seconds, unique) = runs[runs.len() / 2];
+        let (seconds, unique, reads, busy_ns) = runs[runs.len() / 2];
         Ok(PrefillReport {
             tokens: PREFILL_TOKENS,
             rows: ids.len(),
             unique_rows: unique,
             seconds: (seconds * 1e6).round() / 1e6,
             unique_rows_per_s: (unique as f64 / seconds).round(),
+            reads,
+            mean_in_flight: round2(busy_ns as f64 / 1e9 / seconds),
         })
     }
 }

@@ -115,8 +115,9 @@ fn print_report(r: &IobenchReport, json: bool) -> Result<()> {
     ));
     let p = &r.prefill_batch;
     crate::emit(&format!(
-        "prefill batch  {} tokens  {} rows  {} unique  {:.3} s  {:.0} unique rows/s",
-        p.tokens, p.rows, p.unique_rows, p.seconds, p.unique_rows_per_s
+        "prefill batch  {} tokens  {} rows  {} unique  {} reads  {:.3} s  {:.0} unique rows/s  \
+         {:.1} reads in flight",
+        p.tokens, p.rows, p.unique_rows, p.reads, p.seconds, p.unique_rows_per_s, p.mean_in_flight
     ));
     if let Some(d) = &r.device {
         crate::emit(&format!(
