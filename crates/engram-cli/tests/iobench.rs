@@ -80,11 +80,17 @@ fn iobench_json_has_the_documented_shape() {
         assert!((rate * seconds - unique as f64).abs() <= unique as f64 * 0.01 + 1.0);
         // Rows sharing a page are one read, so no more reads than rows.
         let reads = p["reads"].as_u64().unwrap();
-        assert!(reads > 0 && reads <= unique, "reads {reads} of {unique} rows");
+        assert!(
+            reads > 0 && reads <= unique,
+            "reads {reads} of {unique} rows"
+        );
         // Little's law: never more in flight than the pool's 8 workers
         // and the waiting thread (clock reads aside).
         let in_flight = p["mean_in_flight"].as_f64().unwrap();
-        assert!(in_flight > 0.0 && in_flight <= 9.0 * 1.01, "in flight {in_flight}");
+        assert!(
+            in_flight > 0.0 && in_flight <= 9.0 * 1.01,
+            "in flight {in_flight}"
+        );
         // The device probe of the bench's floor, at the same depth: measured
         // once, then served from the cache the bench shares.
         let device = &doc["device"];

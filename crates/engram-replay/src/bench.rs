@@ -245,7 +245,12 @@ fn run_one(
         schedule: ScheduleReport {
             name: kind.name().to_string(),
             output_checksum: compute.output_checksum(),
-            io: IoReport::new(&io, p.prompt.len(), p.continuation.len()),
+            io: IoReport::new(
+                &io,
+                p.prompt.len(),
+                measured.prefill_wall,
+                p.continuation.len(),
+            ),
             peak_rss_bytes: rss::peak_bytes().unwrap_or(0),
             ..summarize(&measured, p.prompt.len(), p.continuation.len())
         },

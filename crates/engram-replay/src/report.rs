@@ -257,6 +257,12 @@ pub struct IoReport {
     /// and `hit_rate` (used over read; engine schedules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hints: Option<engram::HintUse>,
+    /// Storage reads in flight on average over the prefill's wall time
+    /// (Little's law: the reads' summed latencies over it; engine
+    /// schedules): against the engine's depth, how busy the prefill kept
+    /// the device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_mean_in_flight: Option<f64>,
 }
 
 /// Rows of one phase per token or step.
@@ -288,15 +294,25 @@ impl PhaseRates {
 }
 
 impl IoReport {
-    /// The report of `c` for a prefill of `prefill_tokens` and
-    /// `decode_steps` steps.
-    pub fn new(c: &IoCounters, prefill_tokens: usize, decode_steps: usize) -> IoReport {
+    /// The report of `c` for a prefill of `prefill_tokens` over
+    /// `prefill_wall` and `decode_steps` steps.
+    pub fn new(
+        c: &IoCounters,
+        prefill_tokens: usize,
+        prefill_wall: Duration,
+        decode_steps: usize,
+    ) -> IoReport {
+        let wall = prefill_wall.as_secs_f64();
         IoReport {
             totals: c.totals,
             warm: c.warm,
             prefill_per_token: c.prefill.map(|p| PhaseRates::of(&p, prefill_tokens)),
             decode_per_step: c.decode.map(|d| PhaseRates::of(&d, decode_steps)),
             hints: c.hint_use.clone(),
+            prefill_mean_in_flight: c
+                .prefill
+                .filter(|_| wall > 0.0)
+                .map(|p| (p.read_busy_ns as f64 / 1e9 / wall * 100.0).round() / 100.0),
         }
     }
 }
@@ -365,11 +381,13 @@ mod tests {
                 storage_reads: 2,
                 warm_rows: 30,
                 warm_reads: 20,
+                read_busy_ns: 3_000_000_000,
                 ..PhaseIo::default()
             }),
             ..IoCounters::default()
         };
-        let json = serde_json::to_value(IoReport::new(&counters, 10, 1)).unwrap();
+        let json =
+            serde_json::to_value(IoReport::new(&counters, 10, Duration::from_secs(2), 1)).unwrap();
         // The old fields keep their names and values; the warm-up's are
         // beside them, not added into them.
         assert_eq!(json["bytes_read"], 8192);
@@ -379,5 +397,16 @@ mod tests {
         assert_eq!(json["prefill_per_token"]["storage_reads"], 0.2);
         assert_eq!(json["prefill_per_token"]["warm_rows"], 3.0);
         assert!(json.get("warm").is_none(), "flattened: {json}");
+        // 3 s of read latency over a 2 s prefill: 1.5 reads in flight.
+        assert_eq!(json["prefill_mean_in_flight"], 1.5);
+        // No engine counters (a peer), no figure.
+        let peer = serde_json::to_value(IoReport::new(
+            &IoCounters::default(),
+            10,
+            Duration::from_secs(2),
+            1,
+        ))
+        .unwrap();
+        assert!(peer.get("prefill_mean_in_flight").is_none(), "{peer}");
     }
 }

@@ -162,6 +162,8 @@ fn phase_io(phases: &[&PhaseStats]) -> PhaseIo {
         io.storage_reads += t.reads_issued;
         io.warm_rows += t.warm_rows;
         io.warm_reads += t.warm_reads;
+        let latency = &t.read_latency;
+        io.read_busy_ns += (latency.count as f64 * latency.mean_us * 1e3).round() as u64;
     }
     io
 }

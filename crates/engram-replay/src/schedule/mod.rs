@@ -273,6 +273,9 @@ pub struct PhaseIo {
     pub warm_rows: u64,
     /// Read requests those rows took (not in `storage_reads`).
     pub warm_reads: u64,
+    /// The storage reads' latencies summed, nanoseconds: over the phase's
+    /// wall time, the reads it kept in flight on average.
+    pub read_busy_ns: u64,
 }
 
 /// One run of a schedule: a sequence that takes a prefill, then decode steps.
