@@ -102,7 +102,9 @@ import json, re, sys
 doc = json.load(open(sys.argv[1]))
 err = open(sys.argv[2]).read()
 switches = re.findall(r"(Voluntary|Involuntary) context switches: (\d+)", err)
-print(sys.argv[3], "prefill batch %.0f unique rows/s" % doc["prefill_batch"]["unique_rows_per_s"],
+p = doc["prefill_batch"]
+print(sys.argv[3], "prefill batch %.0f unique rows/s" % p["unique_rows_per_s"],
+      "%.1f reads in flight" % p["mean_in_flight"],
       "decode batch p50 %.0f us" % doc["decode_batch"]["p50_us"],
       " ".join("%s switches %s" % s for s in switches))
 ' "$res/io-$name.json" "$res/io-$name.err" "iobench $name" >> "$res/summary.txt"
@@ -133,5 +135,17 @@ for mode in buffered direct; do
 done
 rm -rf "$work/q32"
 stamp "done"
+python3 - "$res" >> "$res/summary.txt" <<'PY'
+import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench-*.json"))):
+    doc = json.load(open(f))
+    for s in doc["prompts"][0]["schedules"]:
+        fl = s.get("floor") or {}
+        over = (fl.get("stall_over_floor") or {}).get("median")
+        print(os.path.basename(f), s["name"], "stall %.3f s" % s["prefill"]["stall_seconds"]["median"],
+              "floor %.3f s" % fl.get("prefill_stall_seconds", {}).get("median", 0.0),
+              "over floor %s" % ("%.2f" % over if over else "-"),
+              "reads in flight %s" % (s["io"].get("prefill_mean_in_flight") or {}).get("median"))
+PY
 cat "$res/summary.txt" >&2
 tar -C "$out" -czf "$out/reads.tgz" reads
