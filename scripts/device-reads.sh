@@ -145,7 +145,8 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench-*.json"))):
         print(os.path.basename(f), s["name"], "stall %.3f s" % s["prefill"]["stall_seconds"]["median"],
               "floor %.3f s" % fl.get("prefill_stall_seconds", {}).get("median", 0.0),
               "over floor %s" % ("%.2f" % over if over else "-"),
-              "reads in flight %s" % (s["io"].get("prefill_mean_in_flight") or {}).get("median"))
+              "reads in flight %s, within batches %s" % tuple(
+                  (s["io"].get(k) or {}).get("median") for k in ("prefill_mean_in_flight", "prefill_batch_in_flight")))
 PY
 cat "$res/summary.txt" >&2
 tar -C "$out" -czf "$out/reads.tgz" reads

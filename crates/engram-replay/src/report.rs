@@ -263,6 +263,17 @@ pub struct IoReport {
     /// the device.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefill_mean_in_flight: Option<f64>,
+    /// Storage reads in flight on average while a prefill batch was being
+    /// read: the reads' summed latencies over the batch calls' summed wall
+    /// times (engine schedules). Near the depth with a low
+    /// `prefill_mean_in_flight`: the device waited between batches; well
+    /// below it: the backend kept fewer reads at the device than it may.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_batch_in_flight: Option<f64>,
+    /// The prefill's batch calls' wall times summed, seconds (engine
+    /// schedules): against its wall time, how long reads were under way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_batch_seconds: Option<f64>,
 }
 
 /// Rows of one phase per token or step.
@@ -293,6 +304,11 @@ impl PhaseRates {
     }
 }
 
+/// `x` to two decimals.
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
 impl IoReport {
     /// The report of `c` for a prefill of `prefill_tokens` over
     /// `prefill_wall` and `decode_steps` steps.
@@ -312,7 +328,12 @@ impl IoReport {
             prefill_mean_in_flight: c
                 .prefill
                 .filter(|_| wall > 0.0)
-                .map(|p| (p.read_busy_ns as f64 / 1e9 / wall * 100.0).round() / 100.0),
+                .map(|p| round2(p.read_busy_ns as f64 / 1e9 / wall)),
+            prefill_batch_in_flight: c
+                .prefill
+                .filter(|p| p.batch_busy_ns > 0)
+                .map(|p| round2(p.read_busy_ns as f64 / p.batch_busy_ns as f64)),
+            prefill_batch_seconds: c.prefill.map(|p| p.batch_busy_ns as f64 / 1e9),
         }
     }
 }
@@ -382,6 +403,7 @@ mod tests {
                 warm_rows: 30,
                 warm_reads: 20,
                 read_busy_ns: 3_000_000_000,
+                batch_busy_ns: 500_000_000,
                 ..PhaseIo::default()
             }),
             ..IoCounters::default()
@@ -399,6 +421,9 @@ mod tests {
         assert!(json.get("warm").is_none(), "flattened: {json}");
         // 3 s of read latency over a 2 s prefill: 1.5 reads in flight.
         assert_eq!(json["prefill_mean_in_flight"], 1.5);
+        // ... read in batches taking 0.5 s in all: 6 in flight within them.
+        assert_eq!(json["prefill_batch_in_flight"], 6.0);
+        assert_eq!(json["prefill_batch_seconds"], 0.5);
         // No engine counters (a peer), no figure.
         let peer = serde_json::to_value(IoReport::new(
             &IoCounters::default(),
@@ -407,6 +432,12 @@ mod tests {
             1,
         ))
         .unwrap();
-        assert!(peer.get("prefill_mean_in_flight").is_none(), "{peer}");
+        for key in [
+            "prefill_mean_in_flight",
+            "prefill_batch_in_flight",
+            "prefill_batch_seconds",
+        ] {
+            assert!(peer.get(key).is_none(), "{key}: {peer}");
+        }
     }
 }

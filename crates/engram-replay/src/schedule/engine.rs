@@ -162,8 +162,10 @@ fn phase_io(phases: &[&PhaseStats]) -> PhaseIo {
         io.storage_reads += t.reads_issued;
         io.warm_rows += t.warm_rows;
         io.warm_reads += t.warm_reads;
-        let latency = &t.read_latency;
-        io.read_busy_ns += (latency.count as f64 * latency.mean_us * 1e3).round() as u64;
+        let total_ns =
+            |s: &engram::stats::Summary| (s.count as f64 * s.mean_us * 1e3).round() as u64;
+        io.read_busy_ns += total_ns(&t.read_latency);
+        io.batch_busy_ns += total_ns(&t.batch_latency);
     }
     io
 }

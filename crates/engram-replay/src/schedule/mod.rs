@@ -276,6 +276,9 @@ pub struct PhaseIo {
     /// The storage reads' latencies summed, nanoseconds: over the phase's
     /// wall time, the reads it kept in flight on average.
     pub read_busy_ns: u64,
+    /// The batch calls' wall times summed, nanoseconds (a table has one
+    /// batch in flight at a time, so per table the time it was read).
+    pub batch_busy_ns: u64,
 }
 
 /// One run of a schedule: a sequence that takes a prefill, then decode steps.
