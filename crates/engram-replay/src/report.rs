@@ -265,7 +265,8 @@ pub struct IoReport {
     pub prefill_mean_in_flight: Option<f64>,
     /// Storage reads in flight on average while a prefill batch was being
     /// read: the reads' summed latencies over the batch calls' summed wall
-    /// times (engine schedules). Near the depth with a low
+    /// times (engine schedules, one table read: batches of two tables
+    /// overlap in time and share the depth). Near the depth with a low
     /// `prefill_mean_in_flight`: the device waited between batches; well
     /// below it: the backend kept fewer reads at the device than it may.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -331,7 +332,7 @@ impl IoReport {
                 .map(|p| round2(p.read_busy_ns as f64 / 1e9 / wall)),
             prefill_batch_in_flight: c
                 .prefill
-                .filter(|p| p.batch_busy_ns > 0)
+                .filter(|p| p.batch_busy_ns > 0 && p.tables_read == 1)
                 .map(|p| round2(p.read_busy_ns as f64 / p.batch_busy_ns as f64)),
             prefill_batch_seconds: c.prefill.map(|p| p.batch_busy_ns as f64 / 1e9),
         }
@@ -404,6 +405,7 @@ mod tests {
                 warm_reads: 20,
                 read_busy_ns: 3_000_000_000,
                 batch_busy_ns: 500_000_000,
+                tables_read: 1,
                 ..PhaseIo::default()
             }),
             ..IoCounters::default()

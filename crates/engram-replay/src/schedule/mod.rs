@@ -279,6 +279,8 @@ pub struct PhaseIo {
     /// The batch calls' wall times summed, nanoseconds (a table has one
     /// batch in flight at a time, so per table the time it was read).
     pub batch_busy_ns: u64,
+    /// Tables with at least one batch call.
+    pub tables_read: u32,
 }
 
 /// One run of a schedule: a sequence that takes a prefill, then decode steps.
