@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
-# Where the read rate goes, on the device machine: fio's engines, depths and
-# block sizes on one table's byte range; `engram iobench` by backend, mode
-# and depth (with each run's context switches where /usr/bin/time exists);
-# the bench's 8K prefill buffered against direct (DeepSeek layer and chunk
-# sweeps, the Qwen4-Exp layer sweep). docs/log/2026-12-03-device-reads.md
-# holds a run of it.
+# Where the read rate goes, on the device machine: fio's yardsticks and the
+# engine's `iobench` interleaved over ROUNDS rounds on one table's byte
+# range, each engine run in every read order (`--read-order`), with the CPU
+# each spends a read; then the bench's 8K prefill in each read order
+# (DeepSeek layer and chunk sweeps, the Qwen4-Exp layer sweep).
+# docs/log/2026-12-03-read-order.md holds a run of it.
 #
 #   OUT=DIR scripts/device-reads.sh ENGRAM_BIN [FIO_BIN]
 #
-# FIO_BIN defaults to the fio on PATH (fio is skipped, and said so, if there
-# is none). SCALE (8) sizes the DeepSeek model, FIO_SECONDS (5) each fio run.
-# Results: $OUT/reads.tgz, with summary.txt (a line per fio and iobench run)
-# and the bench's JSON documents. About 4 minutes on 16 cores.
+# FIO_BIN defaults to the fio on PATH (fio is skipped, and said so, if
+# there is none). ROUNDS (3); ORDERS ("sorted spread"); SCALE (8) sizes the
+# DeepSeek model; FIO_SECONDS (5) each fio run; FIO_SWEEP=1 adds, in the
+# first round, fio's io_uring at depths 32 and 128 and 8 and 16 KiB reads.
+# Results: $OUT/reads.tgz, written again after each phase, holding
+# summary.txt (a line per run, then medians and spreads over the rounds)
+# and every run's JSON. About 7 minutes on 16 cores.
 set -euo pipefail
 bin=${1:?usage: device-reads.sh ENGRAM_BIN [FIO_BIN]}
 fio=${2:-$(command -v fio || true)}
 out=${OUT:?set OUT to the directory the results go to}
 work=${WORK:-/tmp/engram-reads}
 scale=${SCALE:-8}
+rounds=${ROUNDS:-3}
+orders=${ORDERS:-sorted spread}
 fio_seconds=${FIO_SECONDS:-5}
 [ -x "$bin" ] || { echo "device-reads: $bin is not an executable" >&2; exit 2; }
 [ -d crates ] || { echo "device-reads: run it from the repository root" >&2; exit 2; }
@@ -26,6 +31,9 @@ mkdir -p "$res" "$work"
 export XDG_CACHE_HOME="$work/cache"
 started=$(date +%s)
 stamp() { echo "device-reads: $(( $(date +%s) - started )) s: $*" | tee -a "$res/times.txt" >&2; }
+pack() { tar -C "$out" -czf "$out/reads.tgz.part" reads && mv "$out/reads.tgz.part" "$out/reads.tgz"; }
+timed=()
+[ -x /usr/bin/time ] && timed=(/usr/bin/time -v)
 
 {
     nproc; uname -a
@@ -33,7 +41,7 @@ stamp() { echo "device-reads: $(( $(date +%s) - started )) s: $*" | tee -a "$res
         echo "vda $f: $(cat /sys/block/vda/queue/$f 2>/dev/null || echo '?')"
     done
     echo "vda hardware queues: $(ls /sys/block/vda/mq 2>/dev/null | wc -l)"
-    echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo '?')"
+    echo "filesystem of $work: $(df -T "$work" 2>/dev/null | tail -1)"
 } > "$res/machine.txt" 2>&1
 
 prompt="$work/prompt.txt"
@@ -51,102 +59,139 @@ end = -(-(t["offset"] + t["rows"] * t["row_bytes"]) // 4096) * 4096
 print(start, end - start)' "$res/inspect.json")
 evict() { "$bin" iobench --model "$model" --cold --singles 1 --batches 1 --repeats 1 --json >/dev/null 2>&1 || true; }
 
+# fio NAME ROUND ARGS...: one fio run on table 0, its IOPS and CPU a read.
 run_fio() {
-    local name=$1; shift
+    local name=$1 round=$2; shift 2
     evict
-    stamp "fio $name"
-    "$fio" --name=r --filename="$model" --offset="$t0_offset" --size="$t0_size" --rw=randread \
-        --runtime="$fio_seconds" --time_based --output-format=json "$@" \
-        > "$res/fio-$name.json" 2> "$res/fio-$name.err" || { stamp "fio $name failed"; return; }
+    stamp "fio $name, round $round"
+    local file="$res/fio-$name-$round"
+    "${timed[@]}" "$fio" --name=r --filename="$model" --offset="$t0_offset" --size="$t0_size" \
+        --rw=randread --runtime="$fio_seconds" --time_based --output-format=json "$@" \
+        > "$file.json" 2> "$file.err" || { stamp "fio $name failed"; return; }
     python3 -c '
-import json, sys
+import json, re, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]
 r = j["read"]
-print(sys.argv[2], "iops %.0f" % r["iops"], "MB/s %.0f" % (r["bw_bytes"] / 1e6),
-      "mean latency %.0f us" % (r["lat_ns"]["mean"] / 1e3), "24 reads %.0f us" % (24e6 / max(r["iops"], 1)))
-' "$res/fio-$name.json" "fio $name" >> "$res/summary.txt"
+err = open(sys.argv[2]).read()
+cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", err))
+cpu_line = " cpu_us_per_read %.1f" % (cpu * 1e6 / max(r["total_ios"], 1)) if cpu else ""
+print("fio", sys.argv[3], "round", sys.argv[4], "iops %.0f" % r["iops"],
+      "mean_latency_us %.0f" % (r["lat_ns"]["mean"] / 1e3),
+      "batch24_us %.0f" % (24e6 / max(r["iops"], 1)) + cpu_line)
+' "$file.json" "$file.err" "$name" "$round" >> "$res/summary.txt"
 }
-if [ -n "$fio" ]; then
-    echo "fio: $("$fio" --version)" >> "$res/machine.txt"
-    uring=(--ioengine=io_uring)
-    run_fio direct-4k-q32 "${uring[@]}" --bs=4k --direct=1 --iodepth=32
-    run_fio direct-4k-q64 "${uring[@]}" --bs=4k --direct=1 --iodepth=64
-    run_fio direct-4k-q128 "${uring[@]}" --bs=4k --direct=1 --iodepth=128
-    run_fio direct-8k-q64 "${uring[@]}" --bs=8k --direct=1 --iodepth=64
-    run_fio direct-16k-q64 "${uring[@]}" --bs=16k --direct=1 --iodepth=64
-    run_fio buffered-4k-q64 "${uring[@]}" --bs=4k --direct=0 --iodepth=64
-    run_fio direct-4k-psync64 --ioengine=psync --bs=4k --direct=1 --numjobs=64 --group_reporting
-    run_fio buffered-4k-psync64 --ioengine=psync --bs=4k --direct=0 --numjobs=64 --group_reporting
-    run_fio buffered-4k-b24 "${uring[@]}" --bs=4k --direct=0 --iodepth=24 \
-        --iodepth_batch_submit=24 --iodepth_batch_complete_min=24
-    run_fio direct-4k-b24 "${uring[@]}" --bs=4k --direct=1 --iodepth=24 \
-        --iodepth_batch_submit=24 --iodepth_batch_complete_min=24
-else
-    echo "fio: absent" >> "$res/machine.txt"
-    stamp "fio absent: iobench only"
-fi
 
-timed=()
-[ -x /usr/bin/time ] && timed=(/usr/bin/time -v)
-for depth in 64 128; do
-    for backend in psync uring; do
-        for mode in direct buffered; do
-            flag=(); [ "$mode" = direct ] && flag=(--direct)
-            name="$backend-$mode-$depth"
-            stamp "iobench $name"
-            "${timed[@]}" "$bin" iobench --model "$model" --backend "$backend" "${flag[@]}" \
-                --depth "$depth" --cold --repeats 2 --batches 300 --text "$prompt" --json \
-                > "$res/io-$name.json" 2> "$res/io-$name.err"
-            python3 -c '
+# iobench NAME ROUND ARGS...: the engine's prefill batch and decode batch.
+run_iobench() {
+    local name=$1 round=$2; shift 2
+    stamp "iobench $name, round $round"
+    local file="$res/io-$name-$round"
+    "${timed[@]}" "$bin" iobench --model "$model" --cold --repeats 2 --singles 100 --batches 300 \
+        --text "$prompt" --json "$@" > "$file.json" 2> "$file.err"
+    python3 -c '
 import json, re, sys
 doc = json.load(open(sys.argv[1]))
 err = open(sys.argv[2]).read()
 switches = re.findall(r"(Voluntary|Involuntary) context switches: (\d+)", err)
 p = doc["prefill_batch"]
-print(sys.argv[3], "prefill batch %.0f unique rows/s" % p["unique_rows_per_s"],
-      "%.1f reads in flight" % p["mean_in_flight"],
-      "decode batch p50 %.0f us" % doc["decode_batch"]["p50_us"],
-      " ".join("%s switches %s" % s for s in switches))
-' "$res/io-$name.json" "$res/io-$name.err" "iobench $name" >> "$res/summary.txt"
-        done
+print("iobench", sys.argv[3], "round", sys.argv[4], "reads_per_s %.0f" % p["reads_per_s"],
+      "in_flight %.1f" % p["mean_in_flight"], "cpu_us_per_read %.1f" % p["cpu_us_per_read"],
+      "decode24_p50_us %.0f" % doc["decode_batch"]["p50_us"],
+      "probe %.0f" % ((doc.get("device") or {}).get("iops") or 0),
+      " ".join("%s_switches %s" % s for s in switches))
+' "$file.json" "$file.err" "$name" "$round" >> "$res/summary.txt"
+}
+
+for round in $(seq 1 "$rounds"); do
+    if [ -n "$fio" ]; then
+        uring=(--ioengine=io_uring)
+        run_fio direct-4k-q64 "$round" "${uring[@]}" --bs=4k --direct=1 --iodepth=64
+        run_fio direct-4k-psync64 "$round" --ioengine=psync --bs=4k --direct=1 --numjobs=64 --group_reporting
+        run_fio buffered-4k-psync64 "$round" --ioengine=psync --bs=4k --direct=0 --numjobs=64 --group_reporting
+        run_fio buffered-4k-b24 "$round" "${uring[@]}" --bs=4k --direct=0 --iodepth=24 \
+            --iodepth_batch_submit=24 --iodepth_batch_complete_min=24
+        if [ "$round" = 1 ] && [ "${FIO_SWEEP:-0}" = 1 ]; then
+            run_fio direct-4k-q32 "$round" "${uring[@]}" --bs=4k --direct=1 --iodepth=32
+            run_fio direct-4k-q128 "$round" "${uring[@]}" --bs=4k --direct=1 --iodepth=128
+            run_fio direct-8k-q64 "$round" "${uring[@]}" --bs=8k --direct=1 --iodepth=64
+            run_fio direct-16k-q64 "$round" "${uring[@]}" --bs=16k --direct=1 --iodepth=64
+        fi
+    elif [ "$round" = 1 ]; then
+        echo "fio: absent" >> "$res/machine.txt"
+        stamp "fio absent: iobench only"
+    fi
+    for order in $orders; do
+        run_iobench "psync-direct-$order" "$round" --backend psync --direct --read-order "$order"
+        run_iobench "psync-buffered-$order" "$round" --backend psync --read-order "$order"
+        run_iobench "uring-direct-$order" "$round" --backend uring --direct --read-order "$order"
     done
+    pack
 done
+[ -n "$fio" ] && echo "fio: $("$fio" --version)" >> "$res/machine.txt"
 
 bench() {
     local name=$1; shift
     stamp "bench $name"
-    "$bin" bench --prompt "$prompt" --cold --json --prefill 8192 --decode 0 "$@" \
-        > "$res/bench-$name.json" 2> "$res/bench-$name.err"
+    "$bin" bench --prompt "$prompt" --cold --json --prefill 8192 --decode 0 --repeat 1 \
+        --schedule overlap "$@" > "$res/bench-$name.json" 2> "$res/bench-$name.err"
 }
-for mode in buffered direct; do
-    flag=(); [ "$mode" = direct ] && flag=(--direct)
-    common=(--model "$model" --compute gpu:flash --schedule overlap --repeat 2 "${flag[@]}")
-    bench "$mode-layer" "${common[@]}" --sweep layer
-    bench "$mode-layer-wide" "${common[@]}" --sweep layer --wait-tokens 2048
-    bench "$mode-chunk" "${common[@]}" --sweep chunk
+for round in $(seq 1 "$rounds"); do
+    for order in $orders; do
+        export ENGRAM_READ_ORDER=$order
+        common=(--model "$model" --compute gpu:flash)
+        bench "layer-$order-$round" "${common[@]}" --sweep layer
+        bench "chunk-$order-$round" "${common[@]}" --sweep chunk
+    done
+    pack
 done
 rm -rf "$work/s$scale"
 stamp "synth qwen3.8-flash-next --scale 32"
 "$bin" synth --preset qwen3.8-flash-next --scale 32 --out "$work/q32" --quiet > /dev/null
-for mode in buffered direct; do
-    flag=(); [ "$mode" = direct ] && flag=(--direct)
-    bench "qwen-$mode" --model "$work/q32/model.gguf" --compute gpu:m4-max-qwen38 \
-        --schedule overlap --repeat 1 --sweep layer "${flag[@]}"
+for round in $(seq 1 "$rounds"); do
+    for order in $orders; do
+        export ENGRAM_READ_ORDER=$order
+        bench "qwen-$order-$round" --model "$work/q32/model.gguf" --compute gpu:m4-max-qwen38 --sweep layer
+    done
 done
+unset ENGRAM_READ_ORDER
 rm -rf "$work/q32"
 stamp "done"
 python3 - "$res" >> "$res/summary.txt" <<'PY'
-import glob, json, os, sys
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench-*.json"))):
-    doc = json.load(open(f))
-    for s in doc["prompts"][0]["schedules"]:
+import collections, glob, json, os, re, statistics, sys
+res = sys.argv[1]
+# Each bench run's stall against the floor and its reads in flight.
+rows = collections.defaultdict(list)
+for f in sorted(glob.glob(os.path.join(res, "bench-*.json"))):
+    name = re.sub(r"-\d+$", "", os.path.basename(f)[len("bench-"):-len(".json")])
+    for s in json.load(open(f))["prompts"][0]["schedules"]:
         fl = s.get("floor") or {}
-        over = (fl.get("stall_over_floor") or {}).get("median")
-        print(os.path.basename(f), s["name"], "stall %.3f s" % s["prefill"]["stall_seconds"]["median"],
-              "floor %.3f s" % fl.get("prefill_stall_seconds", {}).get("median", 0.0),
-              "over floor %s" % ("%.2f" % over if over else "-"),
-              "reads in flight %s, within batches %s" % tuple(
-                  (s["io"].get(k) or {}).get("median") for k in ("prefill_mean_in_flight", "prefill_batch_in_flight")))
+        stall = s["prefill"]["stall_seconds"]["median"]
+        floor = fl.get("prefill_stall_seconds", {}).get("median") or 0.0
+        io = s.get("io") or {}
+        figure = lambda key: (io.get(key) or {}).get("median")
+        print("bench", os.path.basename(f), "stall %.3f s" % stall, "floor %.3f s" % floor,
+              "in_flight %s" % figure("prefill_mean_in_flight"),
+              "within_batches %s" % figure("prefill_batch_in_flight"),
+              "batch_seconds %s" % figure("prefill_batch_seconds"),
+              "reads %s" % figure("reads"))
+        if floor:
+            rows["bench %s stall_over_floor" % name].append(stall / floor)
+        rows["bench %s stall_s" % name].append(stall)
+# Medians and spreads of the per-run lines above, by run name and figure.
+for line in open(os.path.join(res, "summary.txt")):
+    words = line.split()
+    if len(words) < 4 or words[0] not in ("fio", "iobench") or words[2] != "round":
+        continue
+    pairs = words[4:]
+    for key, value in zip(pairs[::2], pairs[1::2]):
+        try:
+            rows["%s %s %s" % (words[0], words[1], key)].append(float(value))
+        except ValueError:
+            pass
+print("median (min-max) over the rounds:")
+for key in sorted(rows):
+    v = rows[key]
+    print("  %s: %.4g (%.4g-%.4g, n %d)" % (key, statistics.median(v), min(v), max(v), len(v)))
 PY
 cat "$res/summary.txt" >&2
-tar -C "$out" -czf "$out/reads.tgz" reads
+pack

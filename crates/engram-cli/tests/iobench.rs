@@ -20,7 +20,8 @@ fn shared_model() -> &'static str {
 fn iobench_json_has_the_documented_shape() {
     let model = shared_model();
     let cache = tempfile::tempdir().unwrap();
-    for (run, backend) in ["psync", "auto"].into_iter().enumerate() {
+    let runs = [("psync", "sorted"), ("auto", "spread")];
+    for (run, (backend, order)) in runs.into_iter().enumerate() {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
             .env("XDG_CACHE_HOME", cache.path())
             .args([
@@ -39,6 +40,8 @@ fn iobench_json_has_the_documented_shape() {
                 "20",
                 "--device-seconds",
                 "0.3",
+                "--read-order",
+                order,
             ])
             .output()
             .unwrap();
@@ -53,6 +56,7 @@ fn iobench_json_has_the_documented_shape() {
             assert_eq!(doc["backend"], backend);
         }
         assert_eq!(doc["depth"], 8);
+        assert_eq!(doc["read_order"], order);
         assert_eq!(doc["cold"], true);
         assert_eq!(doc["single"]["rows"], 50);
         assert!(doc["single"]["p50_us"].as_f64().unwrap() > 0.0);
@@ -84,6 +88,12 @@ fn iobench_json_has_the_documented_shape() {
             reads > 0 && reads <= unique,
             "reads {reads} of {unique} rows"
         );
+        let per_s = p["reads_per_s"].as_f64().unwrap();
+        assert!((per_s * seconds - reads as f64).abs() <= reads as f64 * 0.01 + 1.0);
+        // Each read costs some CPU (the system call at least), and far
+        // less than a second.
+        let cpu = p["cpu_us_per_read"].as_f64().unwrap();
+        assert!(cpu > 0.0 && cpu < 1e6, "CPU per read {cpu} us");
         // Little's law: never more in flight than the pool's 8 workers
         // and the waiting thread (clock reads aside).
         let in_flight = p["mean_in_flight"].as_f64().unwrap();
@@ -110,6 +120,10 @@ fn iobench_errors_name_what_was_wrong() {
     let o = engram(&["iobench", "--model", model, "--backend", "floppy"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("floppy"));
+    let o = engram(&["iobench", "--model", model, "--read-order", "backwards"]);
+    assert!(!o.status.success());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("--read-order") && stderr.contains("backwards"), "{stderr}");
     let text = dir.path().join("short.txt");
     std::fs::write(&text, "too short").unwrap();
     let o = engram(&[

@@ -19,6 +19,7 @@ use engram::splitmix::SplitMix64;
 use engram::{Error, Result};
 use serde::Serialize;
 
+use crate::cputime;
 use crate::device::{self, DeviceMode, DeviceReport};
 
 /// Tokens in the prefill batch (one ds4 prefill chunk).
@@ -59,6 +60,8 @@ pub struct IobenchReport {
     pub backend: String,
     /// Reads in flight.
     pub depth: usize,
+    /// The order a batch's reads were issued in (`spread` or `sorted`).
+    pub read_order: &'static str,
     /// Whether each phase started cold.
     pub cold: bool,
     /// Idle microseconds before each single read and decode batch.
@@ -116,6 +119,9 @@ pub struct PrefillReport {
     /// Read requests of the median run (rows sharing a page coalesced, a
     /// row spanning two pages one read).
     pub reads: u64,
+    /// Read requests per second: the figure to hold against a random
+    /// 4 KiB read rate (fio's IOPS, the probe's).
+    pub reads_per_s: f64,
     /// Reads in flight on average over the median run, by Little's law:
     /// the sum of its reads' latencies (from the backend's start of a read
     /// to its completion) over the call's wall time. Against `--depth` it
@@ -123,6 +129,10 @@ pub struct PrefillReport {
     /// pool has `depth` workers and the waiting thread, a ring `depth`
     /// entries.
     pub mean_in_flight: f64,
+    /// The process's CPU time (every thread, user and system) over the
+    /// median run per read request, microseconds: the figure to hold
+    /// against fio's own CPU per read.
+    pub cpu_us_per_read: f64,
 }
 
 /// Runs the benchmark on the model at `path`; `note` hears progress.
@@ -168,6 +178,7 @@ pub fn run_iobench(
     Ok(IobenchReport {
         backend,
         depth: config.io.depth,
+        read_order: config.io.read_order.name(),
         cold: config.cold,
         gap_us: config.gap.as_micros() as u64,
         single,
@@ -313,9 +324,10 @@ impl<N: FnMut(&str)> Bench<'_, N> {
                 ids.len()
             ));
             let mut out = vec![0u8; ids.len() * source.row_bytes(table)];
-            let started = Instant::now();
+            let (started, cpu) = (Instant::now(), cputime::process());
             let stats = source.read_rows(table, ids, &mut out)?;
             let seconds = started.elapsed().as_secs_f64();
+            let cpu = cputime::process().saturating_sub(cpu).as_secs_f64();
             self.note(&format!(
                 "{} unique rows in {} reads ({} MiB) in {seconds:.3} s",
                 stats.rows_unique,
@@ -323,10 +335,10 @@ impl<N: FnMut(&str)> Bench<'_, N> {
                 stats.bytes_read >> 20
             ));
             let busy_ns: u64 = stats.read_latencies_ns.iter().sum();
-            runs.push((seconds, stats.rows_unique, stats.reads_issued, busy_ns));
+            runs.push((seconds, stats.rows_unique, stats.reads_issued, busy_ns, cpu));
         }
         runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (seconds, unique, reads, busy_ns) = runs[runs.len() / 2];
+        let (seconds, unique, reads, busy_ns, cpu) = runs[runs.len() / 2];
         Ok(PrefillReport {
             tokens: PREFILL_TOKENS,
             rows: ids.len(),
@@ -334,7 +346,9 @@ impl<N: FnMut(&str)> Bench<'_, N> {
             seconds: (seconds * 1e6).round() / 1e6,
             unique_rows_per_s: (unique as f64 / seconds).round(),
             reads,
+            reads_per_s: (reads as f64 / seconds).round(),
             mean_in_flight: round2(busy_ns as f64 / 1e9 / seconds),
+            cpu_us_per_read: round2(cpu * 1e6 / reads.max(1) as f64),
         })
     }
 }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use engram::io::{Backend, IoConfig};
+use engram::io::{Backend, IoConfig, ReadOrder};
 use engram::{Error, Result};
 use engram_replay::iobench::{run_iobench, text_of, IobenchConfig, IobenchReport};
 
@@ -34,6 +34,10 @@ pub struct IobenchArgs {
     /// Bypass the page cache on every read (O_DIRECT / F_NOCACHE).
     #[arg(long)]
     pub direct: bool,
+    /// Order of a batch's reads: spread (one from each of `--depth` runs of
+    /// the sorted batch in turn) or sorted (by file offset).
+    #[arg(long, default_value = "spread")]
+    pub read_order: String,
     /// Bound on the bounce memory of one batch, in MiB (larger batches are
     /// read in sub-batches).
     #[arg(long, default_value_t = 16)]
@@ -72,8 +76,15 @@ pub struct IobenchArgs {
 /// Runs the benchmark.
 pub fn run(args: &IobenchArgs) -> Result<()> {
     let backend: Backend = args.backend.parse()?;
+    let read_order = ReadOrder::parse(&args.read_order).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "--read-order {:?}: expected spread or sorted",
+            args.read_order
+        ))
+    })?;
     let io = IoConfig::default()
         .with_backend(backend)
+        .with_read_order(read_order)
         .with_depth(args.depth)
         .with_direct(args.direct)
         .with_max_batch_bytes(args.max_batch_mib.saturating_mul(1 << 20));
@@ -101,8 +112,8 @@ fn print_report(r: &IobenchReport, json: bool) -> Result<()> {
         return Ok(());
     }
     crate::emit(&format!(
-        "backend {}  depth {}  cold {}  gap {} us",
-        r.backend, r.depth, r.cold, r.gap_us
+        "backend {}  depth {}  read order {}  cold {}  gap {} us",
+        r.backend, r.depth, r.read_order, r.cold, r.gap_us
     ));
     crate::emit(&format!(
         "single rows    {:>8}  p50 {:>9.1} us  p99 {:>9.1} us",
@@ -116,8 +127,16 @@ fn print_report(r: &IobenchReport, json: bool) -> Result<()> {
     let p = &r.prefill_batch;
     crate::emit(&format!(
         "prefill batch  {} tokens  {} rows  {} unique  {} reads  {:.3} s  {:.0} unique rows/s  \
-         {:.1} reads in flight",
-        p.tokens, p.rows, p.unique_rows, p.reads, p.seconds, p.unique_rows_per_s, p.mean_in_flight
+         {:.0} reads/s  {:.1} reads in flight  {:.1} us CPU a read",
+        p.tokens,
+        p.rows,
+        p.unique_rows,
+        p.reads,
+        p.seconds,
+        p.unique_rows_per_s,
+        p.reads_per_s,
+        p.mean_in_flight,
+        p.cpu_us_per_read
     ));
     if let Some(d) = &r.device {
         crate::emit(&format!(

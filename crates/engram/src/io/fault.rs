@@ -146,7 +146,7 @@ impl FaultSource {
                 }) as Arc<dyn PositionalRead>
             })
             .collect();
-        let engine = PsyncEngine::new(faulty, config.depth, files.direct, config.readers)
+        let engine = PsyncEngine::new(faulty, config.depth, files.direct, config.readers, config.read_order)
             .map_err(|e| Error::io("pread pool", e))?;
         Ok(FaultSource {
             inner: BatchSource::new(files, engine, config),

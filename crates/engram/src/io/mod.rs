@@ -23,6 +23,7 @@ pub mod cachectl;
 pub mod fault;
 pub mod files;
 pub mod mmap;
+pub mod order;
 pub mod plan;
 pub mod psync;
 pub mod stats;
@@ -34,6 +35,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 pub use batch::BatchSource;
+pub use order::ReadOrder;
 pub use stats::BatchStats;
 
 use crate::model::TableLocation;
@@ -237,6 +239,8 @@ pub struct IoConfig {
     /// Scheduling class of the pread pool's workers (see
     /// [`threads::ReaderSched`]).
     pub readers: threads::ReaderSched,
+    /// The order a batch's reads are issued in (see [`order`]).
+    pub read_order: ReadOrder,
 }
 
 impl Default for IoConfig {
@@ -249,6 +253,7 @@ impl Default for IoConfig {
             max_batch_bytes: 16 << 20,
             max_read_bytes: 128 << 10,
             readers: threads::ReaderSched::default(),
+            read_order: ReadOrder::default(),
         }
     }
 }
@@ -302,6 +307,13 @@ impl IoConfig {
     #[must_use]
     pub fn with_readers(mut self, readers: threads::ReaderSched) -> Self {
         self.readers = readers;
+        self
+    }
+
+    /// Returns the config with [`IoConfig::read_order`] set to `read_order`.
+    #[must_use]
+    pub fn with_read_order(mut self, read_order: ReadOrder) -> Self {
+        self.read_order = read_order;
         self
     }
 }
@@ -397,6 +409,7 @@ fn psync_source(
         config.depth,
         files.direct,
         config.readers,
+        config.read_order,
     )
     .map_err(|e| Error::io("pread pool", e))?;
     Ok(BatchSource::new(files, engine, config))
@@ -407,7 +420,7 @@ fn open_uring(
     files: Arc<files::TableFiles>,
     config: &IoConfig,
 ) -> Result<BatchSource<uring::UringEngine>> {
-    let engine = uring::UringEngine::new(files.clone(), config.depth, config.readers)?;
+    let engine = uring::UringEngine::new(files.clone(), config.depth, config.readers, config.read_order)?;
     Ok(BatchSource::new(files, engine, config))
 }
 

@@ -22,6 +22,7 @@ use super::batch::{
     check_submission, read_op_positional, BounceBuf, Completed, OpError, Pending, ReadEngine,
 };
 use super::files::PositionalRead;
+use super::order::ReadOrder;
 use super::plan::ReadOp;
 use super::threads::ReaderSched;
 use super::Priority;
@@ -36,6 +37,11 @@ struct Job {
     /// back after the last read (or freed with the job if nobody waits).
     owned: Mutex<Option<BounceBuf>>,
     direct: bool,
+    /// Reads `first..` are claimed through `next` in `order` over
+    /// `ways` readers; those before were read inline.
+    order: ReadOrder,
+    first: usize,
+    ways: usize,
     next: AtomicUsize,
     done: AtomicUsize,
     abort: AtomicBool,
@@ -57,10 +63,12 @@ impl Job {
     /// when `yield_to_demand` says so, leaving work for others.
     fn work(&self, files: &[Arc<dyn PositionalRead>], yield_to_demand: &dyn Fn() -> bool) -> bool {
         loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            if i >= self.ops.len() {
+            let claim = self.next.fetch_add(1, Ordering::Relaxed);
+            if claim >= self.ops.len() {
                 return false;
             }
+            let rest = self.ops.len() - self.first;
+            let i = self.first + self.order.op(claim - self.first, rest, self.ways);
             if !self.abort.load(Ordering::Relaxed) {
                 self.read_one(i, files);
             }
@@ -121,17 +129,20 @@ pub struct PsyncEngine {
     workers: Vec<JoinHandle<()>>,
     depth: usize,
     direct: bool,
+    order: ReadOrder,
 }
 
 impl PsyncEngine {
     /// Starts `depth` workers reading `files`; `direct` says the files were
     /// opened for direct I/O (a short read off a page boundary is then end
-    /// of file); each worker takes the scheduling class `readers`.
+    /// of file); each worker takes the scheduling class `readers`; a
+    /// batch's reads are claimed in `order`.
     pub fn new(
         files: Vec<Arc<dyn PositionalRead>>,
         depth: usize,
         direct: bool,
         readers: ReaderSched,
+        order: ReadOrder,
     ) -> std::io::Result<PsyncEngine> {
         let depth = depth.max(1);
         let files: Arc<[Arc<dyn PositionalRead>]> = files.into();
@@ -144,6 +155,7 @@ impl PsyncEngine {
             workers: Vec::with_capacity(depth),
             depth,
             direct,
+            order,
         };
         for n in 0..depth {
             let (files, demand_rx, hint_rx, hint_tx) = (
@@ -255,6 +267,9 @@ impl ReadEngine for PsyncEngine {
             buf: buf.as_mut_ptr(),
             owned: Mutex::new(Some(buf)),
             direct: self.direct,
+            order: self.order,
+            first: inline,
+            ways: self.depth,
             next: AtomicUsize::new(inline),
             done: AtomicUsize::new(inline),
             abort: AtomicBool::new(false),
@@ -381,7 +396,7 @@ mod tests {
     /// thread of its own and must end within 10 s.
     fn run(file: &Arc<MemFile>) -> Completed {
         let files: Vec<Arc<dyn PositionalRead>> = vec![file.clone()];
-        let engine = PsyncEngine::new(files, 3, false, ReaderSched::Normal).unwrap();
+        let engine = PsyncEngine::new(files, 3, false, ReaderSched::Normal, ReadOrder::Spread).unwrap();
         let buf = BounceBuf::zeroed(1000).unwrap();
         let pending = engine.submit(ops(), buf, Priority::Demand);
         let (tx, rx) = mpsc::channel();

@@ -22,6 +22,7 @@ use super::batch::{
     check_submission, eof_error, BounceBuf, Completed, OpError, Pending, ReadEngine,
 };
 use super::files::TableFiles;
+use super::order::ReadOrder;
 use super::plan::ReadOp;
 use super::threads::ReaderSched;
 use super::{Priority, PAGE};
@@ -97,8 +98,14 @@ impl UringEngine {
     /// checks it works (a `NOP` round trip): seccomp filters or
     /// `io_uring_disabled` can allow setup yet refuse submission. The
     /// thread, which submits and reaps every read, takes the scheduling
-    /// class `readers` as the other reader threads do.
-    pub fn new(files: Arc<TableFiles>, depth: usize, readers: ReaderSched) -> Result<UringEngine> {
+    /// class `readers` as the other reader threads do, and issues each
+    /// batch's reads in `order`.
+    pub fn new(
+        files: Arc<TableFiles>,
+        depth: usize,
+        readers: ReaderSched,
+        order: ReadOrder,
+    ) -> Result<UringEngine> {
         let depth = depth.clamp(1, 4096);
         let fds = files.raw_fds();
         let direct = files.direct;
@@ -118,7 +125,7 @@ impl UringEngine {
                     }
                 };
                 let _ = ready_tx.send(Ok(()));
-                RingLoop::new(ring, fds, direct, depth).run(&rx);
+                RingLoop::new(ring, fds, direct, depth, order).run(&rx);
             })
             .map_err(|e| Error::io("io_uring", e))?;
         let ready = ready_rx
@@ -238,6 +245,7 @@ struct RingLoop {
     fds: Vec<std::os::fd::RawFd>,
     direct: bool,
     depth: usize,
+    order: ReadOrder,
     hint_cap: usize,
     slots: Vec<Option<Active>>,
     in_flight: usize,
@@ -246,12 +254,19 @@ struct RingLoop {
 }
 
 impl RingLoop {
-    fn new(ring: IoUring, fds: Vec<std::os::fd::RawFd>, direct: bool, depth: usize) -> RingLoop {
+    fn new(
+        ring: IoUring,
+        fds: Vec<std::os::fd::RawFd>,
+        direct: bool,
+        depth: usize,
+        order: ReadOrder,
+    ) -> RingLoop {
         RingLoop {
             ring,
             fds,
             direct,
             depth,
+            order,
             hint_cap: (depth / 4).max(1),
             slots: Vec::new(),
             in_flight: 0,
@@ -343,7 +358,8 @@ impl RingLoop {
                         Some(op) => op,
                         None => {
                             active.next += 1;
-                            active.next - 1
+                            let n = active.sub.ops.len();
+                            self.order.op(active.next - 1, n, self.depth)
                         }
                     };
                     self.push_read(slot, op);
@@ -525,7 +541,7 @@ mod tests {
         let mut fds = [0; 2];
         // SAFETY: a valid array of two descriptors.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        let mut ring_loop = RingLoop::new(ring, vec![fds[0]], false, 4);
+        let mut ring_loop = RingLoop::new(ring, vec![fds[0]], false, 4, ReadOrder::Spread);
         let mut buf = BounceBuf::zeroed(PAGE as usize).unwrap();
         let base = buf.as_mut_ptr();
         let (reply, replies) = crossbeam_channel::bounded(1);

@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use crate::io::threads::ReaderSched;
+use crate::io::ReadOrder;
 use crate::io::Backend;
 use crate::prefetch::{PrefillOrder, RowFormat};
 use crate::{Error, Result};
@@ -98,6 +99,7 @@ by_name! {
     RowFormat: "raw or f32", RowFormat::parse;
     PrefillOrder: "auto or chunk", PrefillOrder::parse;
     ReaderSched: "normal, batch, raised or realtime", ReaderSched::parse;
+    ReadOrder: "spread or sorted", ReadOrder::parse;
 }
 
 impl OptionValue for Option<PathBuf> {
@@ -147,6 +149,7 @@ options! {
     "advise_random"            => io.advise_random: "tell the kernel access is random (no readahead)";
     "max_batch_bytes"          => io.max_batch_bytes: "bounce memory of one batch call";
     "max_read_bytes"           => io.max_read_bytes: "longest single read after coalescing";
+    "read_order"               => io.read_order: "order of a batch's reads: spread (over the batch) or sorted (by offset)";
     "format"                   => prefetch.format: "row format waits deliver: raw (as stored) or f32 (decoded)";
     "chunk_tokens"             => prefetch.chunk_tokens: "prefill ring chunk, in tokens";
     "ring_chunks"              => prefetch.ring_chunks: "chunks in a table's prefill ring";
@@ -185,6 +188,7 @@ pub static ENV_VARS: &[(&str, &str)] = &[
     ("ENGRAM_REUSE_MIB", "reuse_bytes"),
     ("ENGRAM_READ_BATCH_TOKENS", "read_batch_tokens"),
     ("ENGRAM_BATCHES_IN_FLIGHT", "prefill_batches_in_flight"),
+    ("ENGRAM_READ_ORDER", "read_order"),
 ];
 
 /// The option named `name`, if there is one.
