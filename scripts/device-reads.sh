@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Where the read rate goes, on the device machine: fio's yardsticks and the
 # engine's `iobench` interleaved over ROUNDS rounds on one table's byte
-# range, each engine run in every read order (`--read-order`), with the CPU
-# each spends a read; then the bench's 8K prefill in each read order
-# (DeepSeek layer and chunk sweeps, the Qwen4-Exp layer sweep).
-# docs/log/2026-12-03-read-order.md holds a run of it.
+# range, each engine run in every read order (`--read-order`, which goes
+# first alternating by round) and against a device probe measured just
+# before it (`--device-fresh`: the device's rate drifts between runs), with
+# the CPU each spends a read; then the bench's 8K prefill against a floor
+# probed just before each run (DeepSeek layer and chunk sweeps, the
+# Qwen4-Exp layer sweep). docs/log/2026-12-03-read-order.md holds runs of it.
 #
 #   OUT=DIR scripts/device-reads.sh ENGRAM_BIN [FIO_BIN]
 #
 # FIO_BIN defaults to the fio on PATH (fio is skipped, and said so, if
 # there is none). ROUNDS (3); ORDERS ("sorted spread"); SCALE (8) sizes the
-# DeepSeek model; FIO_SECONDS (5) each fio run; FIO_SWEEP=1 adds, in the
-# first round, fio's io_uring at depths 32 and 128 and 8 and 16 KiB reads.
+# DeepSeek model; FIO_SECONDS (5) each fio run; PROBE_SECONDS (2) each
+# probe; FIO_SWEEP=1 adds, in the first round, fio's io_uring at depths 32
+# and 128 and 8 and 16 KiB reads.
 # Results: $OUT/reads.tgz, written again after each phase, holding
 # summary.txt (a line per run, then medians and spreads over the rounds)
-# and every run's JSON. About 7 minutes on 16 cores.
+# and every run's JSON. About 6 minutes on 16 cores.
 set -euo pipefail
 bin=${1:?usage: device-reads.sh ENGRAM_BIN [FIO_BIN]}
 fio=${2:-$(command -v fio || true)}
@@ -24,6 +27,7 @@ scale=${SCALE:-8}
 rounds=${ROUNDS:-3}
 orders=${ORDERS:-sorted spread}
 fio_seconds=${FIO_SECONDS:-5}
+probe=(--device-fresh --device-seconds "${PROBE_SECONDS:-2}")
 [ -x "$bin" ] || { echo "device-reads: $bin is not an executable" >&2; exit 2; }
 [ -d crates ] || { echo "device-reads: run it from the repository root" >&2; exit 2; }
 res="$out/reads"
@@ -57,7 +61,7 @@ t = json.load(open(sys.argv[1]))["tables"][0]
 start = t["offset"] // 4096 * 4096
 end = -(-(t["offset"] + t["rows"] * t["row_bytes"]) // 4096) * 4096
 print(start, end - start)' "$res/inspect.json")
-evict() { "$bin" iobench --model "$model" --cold --singles 1 --batches 1 --repeats 1 --json >/dev/null 2>&1 || true; }
+evict() { "$bin" iobench --model "$model" --cold --singles 1 --batches 1 --repeats 1 --no-floor --json >/dev/null 2>&1 || true; }
 
 # fio NAME ROUND ARGS...: one fio run on table 0, its IOPS and CPU a read.
 run_fio() {
@@ -87,17 +91,19 @@ run_iobench() {
     stamp "iobench $name, round $round"
     local file="$res/io-$name-$round"
     "${timed[@]}" "$bin" iobench --model "$model" --cold --repeats 2 --singles 100 --batches 300 \
-        --text "$prompt" --json "$@" > "$file.json" 2> "$file.err"
+        --text "$prompt" --json "${probe[@]}" "$@" > "$file.json" 2> "$file.err"
     python3 -c '
 import json, re, sys
 doc = json.load(open(sys.argv[1]))
 err = open(sys.argv[2]).read()
 switches = re.findall(r"(Voluntary|Involuntary) context switches: (\d+)", err)
 p = doc["prefill_batch"]
+probe = (doc.get("device") or {}).get("iops") or 0
 print("iobench", sys.argv[3], "round", sys.argv[4], "reads_per_s %.0f" % p["reads_per_s"],
+      "of_probe %.3f" % (p["reads_per_s"] / probe if probe else 0),
       "in_flight %.1f" % p["mean_in_flight"], "cpu_us_per_read %.1f" % p["cpu_us_per_read"],
       "decode24_p50_us %.0f" % doc["decode_batch"]["p50_us"],
-      "probe %.0f" % ((doc.get("device") or {}).get("iops") or 0),
+      "probe %.0f" % probe,
       " ".join("%s_switches %s" % s for s in switches))
 ' "$file.json" "$file.err" "$name" "$round" >> "$res/summary.txt"
 }
@@ -105,12 +111,14 @@ print("iobench", sys.argv[3], "round", sys.argv[4], "reads_per_s %.0f" % p["read
 for round in $(seq 1 "$rounds"); do
     if [ -n "$fio" ]; then
         uring=(--ioengine=io_uring)
-        run_fio direct-4k-q64 "$round" "${uring[@]}" --bs=4k --direct=1 --iodepth=64
         run_fio direct-4k-psync64 "$round" --ioengine=psync --bs=4k --direct=1 --numjobs=64 --group_reporting
-        run_fio buffered-4k-psync64 "$round" --ioengine=psync --bs=4k --direct=0 --numjobs=64 --group_reporting
+        run_fio direct-4k-q64 "$round" "${uring[@]}" --bs=4k --direct=1 --iodepth=64
         run_fio buffered-4k-b24 "$round" "${uring[@]}" --bs=4k --direct=0 --iodepth=24 \
             --iodepth_batch_submit=24 --iodepth_batch_complete_min=24
+        run_fio direct-4k-b24 "$round" "${uring[@]}" --bs=4k --direct=1 --iodepth=24 \
+            --iodepth_batch_submit=24 --iodepth_batch_complete_min=24
         if [ "$round" = 1 ] && [ "${FIO_SWEEP:-0}" = 1 ]; then
+            run_fio buffered-4k-psync64 "$round" --ioengine=psync --bs=4k --direct=0 --numjobs=64 --group_reporting
             run_fio direct-4k-q32 "$round" "${uring[@]}" --bs=4k --direct=1 --iodepth=32
             run_fio direct-4k-q128 "$round" "${uring[@]}" --bs=4k --direct=1 --iodepth=128
             run_fio direct-8k-q64 "$round" "${uring[@]}" --bs=8k --direct=1 --iodepth=64
@@ -120,10 +128,17 @@ for round in $(seq 1 "$rounds"); do
         echo "fio: absent" >> "$res/machine.txt"
         stamp "fio absent: iobench only"
     fi
-    for order in $orders; do
-        run_iobench "psync-direct-$order" "$round" --backend psync --direct --read-order "$order"
-        run_iobench "psync-buffered-$order" "$round" --backend psync --read-order "$order"
-        run_iobench "uring-direct-$order" "$round" --backend uring --direct --read-order "$order"
+    # Each pair of orders back to back, the first alternating by round, so
+    # a drift within the round does not favour either.
+    ordered=$orders
+    [ $((round % 2)) = 0 ] && ordered=$(echo $orders | tr ' ' '\n' | tac | tr '\n' ' ')
+    for run in "psync-direct --backend psync --direct" "psync-buffered --backend psync" \
+        "uring-direct --backend uring --direct"; do
+        set -- $run
+        name=$1; shift
+        for order in $ordered; do
+            run_iobench "$name-$order" "$round" "$@" --read-order "$order"
+        done
     done
     pack
 done
@@ -133,27 +148,22 @@ bench() {
     local name=$1; shift
     stamp "bench $name"
     "$bin" bench --prompt "$prompt" --cold --json --prefill 8192 --decode 0 --repeat 1 \
-        --schedule overlap "$@" > "$res/bench-$name.json" 2> "$res/bench-$name.err"
+        --schedule overlap "${probe[@]}" "$@" > "$res/bench-$name.json" 2> "$res/bench-$name.err"
 }
+# The bench's prefill in the default read order, each run against a floor
+# probed just before it.
 for round in $(seq 1 "$rounds"); do
-    for order in $orders; do
-        export ENGRAM_READ_ORDER=$order
-        common=(--model "$model" --compute gpu:flash)
-        bench "layer-$order-$round" "${common[@]}" --sweep layer
-        bench "chunk-$order-$round" "${common[@]}" --sweep chunk
-    done
+    common=(--model "$model" --compute gpu:flash)
+    bench "layer-$round" "${common[@]}" --sweep layer
+    bench "chunk-$round" "${common[@]}" --sweep chunk
     pack
 done
 rm -rf "$work/s$scale"
 stamp "synth qwen3.8-flash-next --scale 32"
 "$bin" synth --preset qwen3.8-flash-next --scale 32 --out "$work/q32" --quiet > /dev/null
 for round in $(seq 1 "$rounds"); do
-    for order in $orders; do
-        export ENGRAM_READ_ORDER=$order
-        bench "qwen-$order-$round" --model "$work/q32/model.gguf" --compute gpu:m4-max-qwen38 --sweep layer
-    done
+    bench "qwen-$round" --model "$work/q32/model.gguf" --compute gpu:m4-max-qwen38 --sweep layer
 done
-unset ENGRAM_READ_ORDER
 rm -rf "$work/q32"
 stamp "done"
 python3 - "$res" >> "$res/summary.txt" <<'PY'
@@ -169,7 +179,9 @@ for f in sorted(glob.glob(os.path.join(res, "bench-*.json"))):
         floor = fl.get("prefill_stall_seconds", {}).get("median") or 0.0
         io = s.get("io") or {}
         figure = lambda key: (io.get(key) or {}).get("median")
+        probe = (json.load(open(f)).get("device") or {}).get("iops")
         print("bench", os.path.basename(f), "stall %.3f s" % stall, "floor %.3f s" % floor,
+              "probe %s" % probe,
               "in_flight %s" % figure("prefill_mean_in_flight"),
               "within_batches %s" % figure("prefill_batch_in_flight"),
               "batch_seconds %s" % figure("prefill_batch_seconds"),

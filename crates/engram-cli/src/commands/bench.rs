@@ -123,8 +123,13 @@ pub struct DeviceArgs {
     /// machine in $XDG_CACHE_HOME/engram/device.json).
     #[arg(long, default_value_t = 3.0)]
     pub device_seconds: f64,
-    /// No device measurement and no floor.
+    /// Measure the device anew, neither reading nor writing the cache: on
+    /// a device whose rate drifts between runs, the floor then divides by
+    /// a rate measured just before the run.
     #[arg(long, conflicts_with = "device_iops")]
+    pub device_fresh: bool,
+    /// No device measurement and no floor.
+    #[arg(long, conflicts_with_all = ["device_iops", "device_fresh"])]
     pub no_floor: bool,
 }
 
@@ -135,7 +140,11 @@ impl DeviceArgs {
             (false, Some(iops)) => DeviceMode::Iops(iops),
             (false, None) => DeviceMode::Measure {
                 seconds: self.device_seconds,
-                cache: default_cache(),
+                cache: if self.device_fresh {
+                    None
+                } else {
+                    default_cache()
+                },
             },
         }
     }

@@ -34,9 +34,9 @@ pub struct IobenchArgs {
     /// Bypass the page cache on every read (O_DIRECT / F_NOCACHE).
     #[arg(long)]
     pub direct: bool,
-    /// Order of a batch's reads: spread (one from each of `--depth` runs of
-    /// the sorted batch in turn) or sorted (by file offset).
-    #[arg(long, default_value = "spread")]
+    /// Order of a batch's reads: sorted (by file offset) or spread (one
+    /// from each of `--depth` runs of the sorted batch in turn).
+    #[arg(long, default_value = "sorted")]
     pub read_order: String,
     /// Bound on the bounce memory of one batch, in MiB (larger batches are
     /// read in sub-batches).

@@ -117,7 +117,7 @@ def open(
     advise_random: Optional[bool] = True,
     max_batch_bytes: Optional[int] = 16777216,
     max_read_bytes: Optional[int] = 131072,
-    read_order: Optional[Literal["spread", "sorted"]] = "spread",
+    read_order: Optional[Literal["sorted", "spread"]] = "sorted",
     format: Optional[Format] = "raw",
     chunk_tokens: Optional[int] = 1024,
     ring_chunks: Optional[int] = 2,

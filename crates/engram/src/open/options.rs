@@ -99,7 +99,7 @@ by_name! {
     RowFormat: "raw or f32", RowFormat::parse;
     PrefillOrder: "auto or chunk", PrefillOrder::parse;
     ReaderSched: "normal, batch, raised or realtime", ReaderSched::parse;
-    ReadOrder: "spread or sorted", ReadOrder::parse;
+    ReadOrder: "sorted or spread", ReadOrder::parse;
 }
 
 impl OptionValue for Option<PathBuf> {
@@ -149,7 +149,7 @@ options! {
     "advise_random"            => io.advise_random: "tell the kernel access is random (no readahead)";
     "max_batch_bytes"          => io.max_batch_bytes: "bounce memory of one batch call";
     "max_read_bytes"           => io.max_read_bytes: "longest single read after coalescing";
-    "read_order"               => io.read_order: "order of a batch's reads: spread (over the batch) or sorted (by offset)";
+    "read_order"               => io.read_order: "order of a batch's reads: sorted (by offset) or spread (over the batch)";
     "format"                   => prefetch.format: "row format waits deliver: raw (as stored) or f32 (decoded)";
     "chunk_tokens"             => prefetch.chunk_tokens: "prefill ring chunk, in tokens";
     "ring_chunks"              => prefetch.ring_chunks: "chunks in a table's prefill ring";
