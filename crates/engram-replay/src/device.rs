@@ -116,6 +116,13 @@ pub fn measure(
         )));
     }
     let failed = AtomicBool::new(false);
+    // A fresh seed each measurement: a fixed one reads the same pages every
+    // time, which a cache below this machine (a virtual disk's host) can
+    // serve after the first run, so the rate would overstate the device.
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()).rotate_left(32);
     let started = Instant::now();
     let deadline = started + duration;
     let results: Vec<Result<u64>> = std::thread::scope(|scope| {
@@ -124,7 +131,7 @@ pub fn measure(
                 let failed = &failed;
                 scope.spawn(move || {
                     let mut buf = BounceBuf::zeroed(PAGE as usize)?;
-                    let mut rng = 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1);
+                    let mut rng = seed ^ 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1);
                     let mut reads = 0u64;
                     while Instant::now() < deadline && !failed.load(Ordering::Relaxed) {
                         let page = splitmix_below(&mut rng, pages);
