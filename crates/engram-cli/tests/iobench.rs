@@ -123,7 +123,10 @@ fn iobench_errors_name_what_was_wrong() {
     let o = engram(&["iobench", "--model", model, "--read-order", "backwards"]);
     assert!(!o.status.success());
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(stderr.contains("--read-order") && stderr.contains("backwards"), "{stderr}");
+    assert!(
+        stderr.contains("--read-order") && stderr.contains("backwards"),
+        "{stderr}"
+    );
     let text = dir.path().join("short.txt");
     std::fs::write(&text, "too short").unwrap();
     let o = engram(&[

@@ -316,12 +316,18 @@ mod tests {
             ("ENGRAM_PREFETCH", "0"),
             ("ENGRAM_READERS", " batch "),
             ("ENGRAM_REUSE_MIB", "64"),
+            ("ENGRAM_READ_ORDER", "spread"),
         ]))
         .unwrap();
         assert!(!b.prefetch.prefetch && b.prefetch.pipeline);
+        assert_eq!(b.io.read_order, ReadOrder::Spread);
         assert_eq!(b.prefetch.readers, ReaderSched::Batch);
         assert_eq!(b.prefetch.reuse_bytes, 64 << 20);
-        for (var, value) in [("ENGRAM_READERS", "fast"), ("ENGRAM_REUSE_MIB", "lots")] {
+        for (var, value) in [
+            ("ENGRAM_READERS", "fast"),
+            ("ENGRAM_REUSE_MIB", "lots"),
+            ("ENGRAM_READ_ORDER", "backwards"),
+        ] {
             let before = b.clone();
             let e = b
                 .apply_env_from(|n| (n == var).then(|| value.to_string()))
