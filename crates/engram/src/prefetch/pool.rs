@@ -229,8 +229,7 @@ impl PoolShared {
     /// likeliest of them all, not the first pushed), dropping the least
     /// likely (the oldest of those) beyond the bound.
     pub(crate) fn submit_hints(&self, tasks: Vec<Box<dyn Task>>) {
-        let count = tasks.len();
-        if count == 0 {
+        if tasks.is_empty() {
             return;
         }
         let max_hints = self.max_hints;
@@ -245,10 +244,12 @@ impl PoolShared {
         });
         // Abandoned outside the lock, as `enqueue` does.
         displaced.into_iter().for_each(|task| task.abandon());
+        // One thread is woken here; each thread that takes a hint wakes the
+        // next while hints are left (`worker`). So the caller, the forward
+        // pass's thread or a decode reader between its tables, pays for
+        // one wake-up, not one per candidate.
         if queued {
-            for _ in 0..count.min(max_hints) {
-                self.general.notify_one();
-            }
+            self.general.notify_one();
         }
     }
 
@@ -446,7 +447,14 @@ fn worker(shared: &PoolShared, role: Role, readers: ReaderSched) {
         }
         match next_task(&mut q, role) {
             Some(task) => {
+                // Hints are woken for one at a time (`submit_hints`): a
+                // thread that takes any task while hints wait wakes the
+                // next, so none is left queued behind this one.
+                let chain = matches!(role, Role::General) && !q.hints.is_empty();
                 drop(q);
+                if chain {
+                    shared.general.notify_one();
+                }
                 // Tasks publish their own failure on a panic (and leave
                 // their in-flight counts as they unwind); catching here as
                 // well keeps the thread, so the pool never shrinks.
@@ -485,6 +493,7 @@ fn worker(shared: &PoolShared, role: Role, readers: ReaderSched) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
     use std::sync::mpsc;
     use std::time::Duration;
 
@@ -665,6 +674,59 @@ mod tests {
             order,
             ["gate", "p0.8 near", "p0.8 far", "p0.5 old", "p0.5 new"]
         );
+        pool.shutdown();
+    }
+
+    /// A hint that waits (up to [`LIMIT`]) until `of` hints have started,
+    /// then says whether they all ran at once.
+    struct Together {
+        started: Arc<AtomicUsize>,
+        of: usize,
+        log: mpsc::Sender<&'static str>,
+    }
+
+    impl Task for Together {
+        fn run(self: Box<Self>) {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            let deadline = std::time::Instant::now() + LIMIT;
+            while self.started.load(Ordering::SeqCst) < self.of
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let all = self.started.load(Ordering::SeqCst) >= self.of;
+            self.log.send(if all { "together" } else { "alone" }).unwrap();
+        }
+        fn abandon(self: Box<Self>) {
+            self.log.send("abandoned").unwrap();
+        }
+        fn owner(&self) -> u64 {
+            1
+        }
+    }
+
+    #[test]
+    fn hints_submitted_together_run_on_as_many_threads_though_one_is_woken() {
+        let mut pool = Pool::start(3, 1, 8, ReaderSched::Normal).unwrap();
+        let shared = pool.shared();
+        // Every thread asleep on its condition variable, so only the wakes
+        // bring them to the queue (a thread starting up would look at it
+        // on its own).
+        std::thread::sleep(Duration::from_millis(100));
+        let (log, seen) = mpsc::channel();
+        let started = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<Box<dyn Task>> = (0..3)
+            .map(|_| -> Box<dyn Task> {
+                Box::new(Together {
+                    started: started.clone(),
+                    of: 3,
+                    log: log.clone(),
+                })
+            })
+            .collect();
+        shared.submit_hints(tasks);
+        let said: Vec<_> = (0..3).map(|_| seen.recv_timeout(LIMIT * 2).unwrap()).collect();
+        assert_eq!(said, ["together"; 3], "each thread woke the next");
         pool.shutdown();
     }
 
