@@ -91,6 +91,10 @@ pub struct Measured {
     pub decode_compute: Duration,
     /// `step_stall[step][table]`.
     pub step_stall: Vec<Vec<Duration>>,
+    /// Per decode step, the forward thread's time in the schedule's hint
+    /// call (zero for a step without one): not stall, but time the host
+    /// spends before it launches the step's layers.
+    pub hint_call: Vec<Duration>,
     /// Every prefill wait, in order, with the compute model's wall time
     /// before it (for the physical floor).
     pub prefill_waits: Vec<WaitPoint>,
@@ -287,12 +291,17 @@ fn decode(
         let mut stall = vec![Duration::ZERO; tables];
         compute.begin_step(token);
         schedule.step_begin(token, &mut stall)?;
+        let mut hint_call = Duration::ZERO;
         if let Some(drafter) = drafter.as_mut() {
             let offer = drafter.offer(continuation, i);
             if !offer.draft.is_empty() {
-                schedule.hint(&offer.hints())?;
+                let hints = offer.hints();
+                let started = Instant::now();
+                schedule.hint(&hints)?;
+                hint_call = started.elapsed();
             }
         }
+        measured.hint_call.push(hint_call);
         for layer in 0..compute.compute.layers() {
             let engram = drive.engram_layers.iter().position(|&l| l == layer);
             if let Some(table) = engram {
@@ -511,6 +520,9 @@ mod tests {
         assert_eq!(log, expected);
         let micros = Duration::from_micros;
         assert_eq!(m.step_stall, vec![vec![micros(10), micros(25)]; 3]);
+        // One hint call time per step; the last step had nothing to hint.
+        assert_eq!(m.hint_call.len(), 3);
+        assert_eq!(m.hint_call[2], Duration::ZERO);
     }
 
     #[test]

@@ -176,6 +176,10 @@ pub struct DecodeReport {
     pub stall_us: StallSummary,
     /// Stall per step, per table.
     pub stall_us_table: Vec<StallSummary>,
+    /// Per step, microseconds the forward thread spent in the hint call
+    /// (`full` with draft hints; zero for the other schedules): not in the
+    /// stall, but a host pays it before it launches the step's layers.
+    pub hint_call_us: StallSummary,
 }
 
 /// CPU time (user + system, every thread of the process) a schedule cost

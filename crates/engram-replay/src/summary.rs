@@ -199,6 +199,7 @@ mod tests {
                     ..StallSummary::default()
                 },
                 stall_us_table: vec![StallSummary::default(); 2],
+                hint_call_us: StallSummary::default(),
             },
             io: Default::default(),
             cpu: CpuReport::default(),
