@@ -82,7 +82,10 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*-*-*.json"))):
         rate = d["tokens"]["median"] / d["compute_seconds"]["median"]
         print(os.path.basename(f), s["name"],
               "of compute-only %.4f (%.4f-%.4f)" % tuple(d["tokens_per_s"][k] / rate for k in ("median", "min", "max")),
-              "stall mean %.1f us p99 %.1f us" % (d["stall_us"]["mean"]["median"], d["stall_us"]["p99"]["median"]))
+              "stall mean %.1f us p50 %.1f us p99 %.1f us" % tuple(d["stall_us"][k]["median"] for k in ("mean", "p50", "p99")),
+              # The forward thread's time in the hint call (builds that report it).
+              "hint call p50 %.1f us p99 %.1f us" % tuple(d["hint_call_us"][k]["median"] for k in ("p50", "p99"))
+              if "hint_call_us" in d else "")
 for name in ("gap.json", "nogap.json"):
     doc = json.load(open(os.path.join(sys.argv[1], name)))
     print(name, "single p50 %.0f us" % doc["single"]["p50_us"], "batch of 24 p50 %.0f us p99 %.0f us"

@@ -6,7 +6,11 @@
 # before it (`--device-fresh`: the device's rate drifts between runs), with
 # the CPU each spends a read; then the bench's 8K prefill against a floor
 # probed just before each run (DeepSeek layer and chunk sweeps, the
-# Qwen4-Exp layer sweep). docs/log/2026-12-03-read-order.md holds runs of it.
+# Qwen4-Exp layer sweep buffered, direct and direct on the pread pool);
+# FLOOR_EXTRA=1 adds the DeepSeek sweeps pinned to 2 cores (`--cores 2`)
+# and a 64K layer sweep.
+# docs/log/2026-12-03-read-order.md and docs/log/2026-12-04-floor.md hold
+# runs of it.
 #
 #   OUT=DIR scripts/device-reads.sh ENGRAM_BIN [FIO_BIN]
 #
@@ -14,7 +18,8 @@
 # there is none). ROUNDS (3); ORDERS ("sorted spread"); SCALE (8) sizes the
 # DeepSeek model; FIO_SECONDS (5) each fio run; PROBE_SECONDS (2) each
 # probe; FIO_SWEEP=1 adds, in the first round, fio's io_uring at depths 32
-# and 128 and 8 and 16 KiB reads.
+# and 128 and 8 and 16 KiB reads. PHASES ("reads floor") picks the phases:
+# `reads` (fio and iobench), `floor` (the bench against the floor).
 # Results: $OUT/reads.tgz, written again after each phase, holding
 # summary.txt (a line per run, then medians and spreads over the rounds)
 # and every run's JSON. About 6 minutes on 16 cores.
@@ -28,6 +33,8 @@ rounds=${ROUNDS:-3}
 orders=${ORDERS:-sorted spread}
 fio_seconds=${FIO_SECONDS:-5}
 probe=(--device-fresh --device-seconds "${PROBE_SECONDS:-2}")
+phases=" ${PHASES:-reads floor} "
+floor_extra=${FLOOR_EXTRA:-0}
 [ -x "$bin" ] || { echo "device-reads: $bin is not an executable" >&2; exit 2; }
 [ -d crates ] || { echo "device-reads: run it from the repository root" >&2; exit 2; }
 res="$out/reads"
@@ -109,6 +116,7 @@ print("iobench", sys.argv[3], "round", sys.argv[4], "reads_per_s %.0f" % p["read
 }
 
 for round in $(seq 1 "$rounds"); do
+    [[ $phases == *" reads "* ]] || break
     if [ -n "$fio" ]; then
         uring=(--ioengine=io_uring)
         run_fio direct-4k-psync64 "$round" --ioengine=psync --bs=4k --direct=1 --numjobs=64 --group_reporting
@@ -144,25 +152,36 @@ for round in $(seq 1 "$rounds"); do
 done
 [ -n "$fio" ] && echo "fio: $("$fio" --version)" >> "$res/machine.txt"
 
+[[ $phases == *" floor "* ]] || { pack; exit 0; }
+# bench NAME PREFILL ARGS...: one cold prefill of `overlap`.
 bench() {
-    local name=$1; shift
+    local name=$1 tokens=$2; shift 2
     stamp "bench $name"
-    "$bin" bench --prompt "$prompt" --cold --json --prefill 8192 --decode 0 --repeat 1 \
+    "$bin" bench --prompt "$prompt" --cold --json --prefill "$tokens" --decode 0 --repeat 1 \
         --schedule overlap "${probe[@]}" "$@" > "$res/bench-$name.json" 2> "$res/bench-$name.err"
 }
 # The bench's prefill in the default read order, each run against a floor
-# probed just before it.
+# probed just before it (under `--cores 2` the probe is pinned too).
 for round in $(seq 1 "$rounds"); do
     common=(--model "$model" --compute gpu:flash)
-    bench "layer-$round" "${common[@]}" --sweep layer
-    bench "chunk-$round" "${common[@]}" --sweep chunk
+    bench "layer-$round" 8192 "${common[@]}" --sweep layer
+    bench "chunk-$round" 8192 "${common[@]}" --sweep chunk
+    if [ "$floor_extra" = 1 ]; then
+        bench "layer2c-$round" 8192 "${common[@]}" --sweep layer --cores 2
+        bench "chunk2c-$round" 8192 "${common[@]}" --sweep chunk --cores 2
+        bench "layer64k-$round" 65536 "${common[@]}" --sweep layer
+    fi
     pack
 done
 rm -rf "$work/s$scale"
 stamp "synth qwen3.8-flash-next --scale 32"
 "$bin" synth --preset qwen3.8-flash-next --scale 32 --out "$work/q32" --quiet > /dev/null
 for round in $(seq 1 "$rounds"); do
-    bench "qwen-$round" --model "$work/q32/model.gguf" --compute gpu:m4-max-qwen38 --sweep layer
+    qwen=(--model "$work/q32/model.gguf" --compute gpu:m4-max-qwen38 --sweep layer)
+    bench "qwen-$round" 8192 "${qwen[@]}"
+    bench "qwendirect-$round" 8192 "${qwen[@]}" --direct
+    bench "qwendirectpsync-$round" 8192 "${qwen[@]}" --direct --backend psync
+    pack
 done
 rm -rf "$work/q32"
 stamp "done"
