@@ -12,35 +12,106 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// A heap buffer of `len` bytes, zero-filled, 8-byte aligned (so decoded
-/// f32 rows can be viewed in place), shared across threads.
+/// A buffer of `len` bytes, zero-filled, 8-byte aligned (so decoded f32
+/// rows can be viewed in place), shared across threads.
 pub(crate) struct RingBuf {
-    words: Box<[UnsafeCell<u64>]>,
+    words: Words,
     len: usize,
     /// End of the highest range handed out for writing: the pages below it
     /// are (or may be) resident, those above it were never touched.
     touched: AtomicUsize,
 }
 
-// SAFETY: the buffer is plain bytes; all access goes through the unsafe
-// methods below, whose callers guarantee that concurrent accesses touch
-// disjoint ranges and are ordered by the Ready protocol.
+// SAFETY: the buffer is plain bytes (heap or a private mapping the ring
+// owns); all access goes through the unsafe methods below, whose callers
+// guarantee that concurrent accesses touch disjoint ranges and are ordered
+// by the Ready protocol.
 unsafe impl Sync for RingBuf {}
 // SAFETY: the buffer is an owned allocation of plain bytes with no thread
 // affinity; moving it to another thread moves its sole owner.
 unsafe impl Send for RingBuf {}
 
-impl RingBuf {
-    /// A zeroed buffer of `len` bytes. Zeroed by the allocator (fresh
-    /// pages from the OS for large buffers), so memory becomes resident
-    /// only as rows are written.
-    pub(crate) fn new(len: usize) -> RingBuf {
+/// Rings at least this large are mapped from the OS rather than taken from
+/// the heap.
+///
+/// Why: a heap allocation of that size is zeroed by a memset whenever the
+/// allocator serves it from memory it already holds (glibc does once a
+/// process has freed large blocks, raising its mmap threshold up to
+/// 32 MiB): an 8K Qwen4-Exp prefill's 10 MiB ring took 5.8 ms to allocate
+/// in the bench on the 2-core VM, before the first read was queued. A fresh
+/// anonymous mapping is zero and becomes resident page by page as rows are
+/// written.
+const MAP_AT: usize = 1 << 20;
+
+/// The ring's zeroed memory.
+enum Words {
+    Heap(Box<[UnsafeCell<u64>]>),
+    /// A private anonymous mapping of `bytes` (page aligned, zero-filled).
+    #[cfg(all(unix, not(miri)))]
+    Mapped {
+        ptr: std::ptr::NonNull<u8>,
+        bytes: usize,
+    },
+}
+
+impl Words {
+    fn zeroed(len: usize) -> Words {
+        #[cfg(all(unix, not(miri)))]
+        if len >= MAP_AT {
+            // SAFETY: a new private anonymous mapping: no address hint, no
+            // file; the result is checked before use.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANON,
+                    -1,
+                    0,
+                )
+            };
+            if ptr != libc::MAP_FAILED {
+                if let Some(ptr) = std::ptr::NonNull::new(ptr as *mut u8) {
+                    return Words::Mapped { ptr, bytes: len };
+                }
+            }
+            // No mapping (address space or map count exhausted): the heap.
+        }
         let zeroed: Box<[u64]> = vec![0u64; len.div_ceil(8)].into_boxed_slice();
         // SAFETY: `UnsafeCell<u64>` is `repr(transparent)` over `u64`, so
         // the slice's layout, length and alignment are unchanged.
-        let words = unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [UnsafeCell<u64>]) };
+        Words::Heap(unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [UnsafeCell<u64>]) })
+    }
+
+    /// The first byte; the whole buffer may be written through it.
+    fn base(&self) -> *mut u8 {
+        match self {
+            // raw_get keeps the UnsafeCell's permission to write through a
+            // shared reference; the pointer's provenance is the whole slice.
+            Words::Heap(words) => UnsafeCell::raw_get(words.as_ptr()) as *mut u8,
+            #[cfg(all(unix, not(miri)))]
+            Words::Mapped { ptr, .. } => ptr.as_ptr(),
+        }
+    }
+}
+
+impl Drop for Words {
+    fn drop(&mut self) {
+        #[cfg(all(unix, not(miri)))]
+        if let Words::Mapped { ptr, bytes } = *self {
+            // SAFETY: the mapping made in `zeroed`, unmapped once; no slice
+            // of it outlives the ring (they borrow it).
+            unsafe { libc::munmap(ptr.as_ptr() as *mut libc::c_void, bytes) };
+        }
+    }
+}
+
+impl RingBuf {
+    /// A zeroed buffer of `len` bytes, whose memory becomes resident only
+    /// as rows are written (see [`MAP_AT`]).
+    pub(crate) fn new(len: usize) -> RingBuf {
         RingBuf {
-            words,
+            words: Words::zeroed(len),
             len,
             touched: AtomicUsize::new(0),
         }
@@ -59,10 +130,7 @@ impl RingBuf {
 
     /// Pointer to byte `start` (in bounds: checked by the callers).
     fn byte_ptr(&self, start: usize) -> *mut u8 {
-        // raw_get keeps the UnsafeCell's permission to write through a
-        // shared reference; the pointer's provenance is the whole slice.
-        let base = UnsafeCell::raw_get(self.words.as_ptr()) as *mut u8;
-        base.wrapping_add(start)
+        self.words.base().wrapping_add(start)
     }
 
     fn check(&self, start: usize, len: usize) {
@@ -154,6 +222,27 @@ mod tests {
             acked.publish(r + 1);
         }
         writer.join().unwrap();
+    }
+
+    #[test]
+    fn a_large_ring_is_zeroed_writable_to_its_last_byte_and_freed() {
+        for len in [MAP_AT - 1, MAP_AT, 3 * MAP_AT + 5] {
+            let ring = RingBuf::new(len);
+            assert_eq!(ring.len(), len);
+            // SAFETY: no other slice of the ring is live in this test.
+            let all = unsafe { ring.slice(0, len) };
+            assert!(all.iter().all(|&b| b == 0), "{len}: not zeroed");
+            // SAFETY: as above.
+            unsafe { ring.slice_mut(len - 4, 4) }.copy_from_slice(&[1, 2, 3, 4]);
+            // SAFETY: as above.
+            let f32s = unsafe { ring.slice_mut_f32(0, 2) };
+            f32s[1] = 1.5;
+            // SAFETY: as above.
+            assert_eq!(unsafe { ring.slice(len - 4, 4) }, [1, 2, 3, 4]);
+            // SAFETY: as above.
+            assert_eq!(unsafe { ring.slice(4, 4) }, 1.5f32.to_ne_bytes());
+            assert_eq!(ring.touched(), len);
+        }
     }
 
     #[test]
