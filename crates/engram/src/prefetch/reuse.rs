@@ -70,9 +70,18 @@ pub(crate) struct NextUses {
 }
 
 impl NextUses {
-    /// Token of the next use of occurrence `i`, or [`NEVER`].
+    /// No occurrence is used again: every [`NextUses::get`] is [`NEVER`].
+    pub(crate) fn none(cols: usize) -> NextUses {
+        NextUses {
+            distance: Vec::new(),
+            cols: cols.max(1),
+        }
+    }
+
+    /// Token of the next use of occurrence `i`, or [`NEVER`] (also for an
+    /// occurrence past the table).
     pub(crate) fn get(&self, i: usize) -> u32 {
-        match self.distance[i] {
+        match self.distance.get(i).copied().unwrap_or(0) {
             0 => NEVER,
             d => (i / self.cols) as u32 + u32::from(d),
         }

@@ -2,7 +2,7 @@
 //! the reads that fill them.
 
 use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::super::read::{grown, ReadCtx};
 use super::super::ready::Ready;
@@ -35,8 +35,20 @@ pub(super) struct TableJob {
     /// Written by the consumer at every wait, read by the readers as they
     /// schedule.
     pub(super) consumer: CacheLine<ConsumerMarks>,
-    /// Whole-prompt dedup: rows read that later tokens need again.
-    reuse: Option<Mutex<Reuse>>,
+    /// Whole-prompt dedup: rows read that later tokens need again. Kept
+    /// as stored, also for a table delivered as f32: so its budget holds
+    /// as many rows whatever the delivered format (an f32 row is 4-7.5x
+    /// its stored bytes), and a hit is decoded as it is copied into the
+    /// ring, as a row read from the source is.
+    reuse: Option<Mutex<ReuseStore>>,
+    /// Per occurrence (token-major), the token that next uses its row: set
+    /// by [`TableJob::find_next_uses`] once the first batches are queued
+    /// (hashing the whole prompt for it took 7 ms of an 8K Qwen4-Exp
+    /// prefill on the 2-core VM, before any read had started), then
+    /// `next_uses_set` published; a batch that reaches the store first
+    /// waits for that.
+    next_uses: OnceLock<NextUses>,
+    next_uses_set: Ready,
     pub(super) source: Arc<dyn RowSource>,
     pub(super) stats: Arc<StatsRecorder>,
     /// The stored bytes of a batch's rows: an f32 table's before they are
@@ -61,18 +73,6 @@ pub(super) struct ConsumerMarks {
     pub(super) started: AtomicBool,
     /// `upto` of the consumer's latest wait.
     pub(super) consumed: AtomicU32,
-}
-
-/// A table's reuse store and the next use of each of its row occurrences.
-///
-/// The store keeps rows as stored, also for a table delivered as f32: so
-/// its budget holds as many rows whatever the delivered format (an f32 row
-/// is 4-7.5x its stored bytes), and a hit is decoded as it is copied into
-/// the ring, as a row read from the source is.
-struct Reuse {
-    store: ReuseStore,
-    /// Per occurrence (token-major), the token that next uses its row.
-    next: NextUses,
 }
 
 /// Where a batch's rows are delivered: ring slots of raw rows, or of f32
@@ -139,7 +139,9 @@ impl TableJob {
             ring: RingBuf::new(setup.plan.ring_tokens as usize * cols * row_bytes),
             ready: CacheLine(Ready::new()),
             consumer: CacheLine(ConsumerMarks::default()),
-            reuse: reuse_for(setup, table),
+            reuse: reuse_for(setup, table).map(Mutex::new),
+            next_uses: OnceLock::new(),
+            next_uses_set: Ready::new(),
             source: setup.source.clone(),
             stats: setup.stats.clone(),
             raw_scratch: Mutex::new(Vec::new()),
@@ -152,13 +154,13 @@ impl TableJob {
         let store = self
             .reuse
             .as_ref()
-            .map_or(0, |reuse| lock(reuse).store.slab_bytes());
+            .map_or(0, |store| lock(store).slab_bytes());
         (self.ring.touched() + store) as u64
     }
 
     /// Free slots of the reuse store; `None` without one.
     pub(super) fn reuse_free_slots(&self) -> Option<usize> {
-        Some(lock(self.reuse.as_ref()?).store.free_slots())
+        Some(lock(self.reuse.as_ref()?).free_slots())
     }
 
     pub(super) fn token_bytes(&self) -> usize {
@@ -222,9 +224,9 @@ impl TableJob {
             };
             let mut scratch = lock(&self.raw_scratch);
             match &self.reuse {
-                Some(reuse) => {
-                    let reuse = &mut lock(reuse);
-                    self.read_reusing(&ctx, reuse, t, seg_end, &rows, slots, &mut scratch)?
+                Some(store) => {
+                    let store = &mut lock(store);
+                    self.read_reusing(&ctx, store, t, seg_end, &rows, slots, &mut scratch)?
                 }
                 None => {
                     slots.read_all(&ctx, self.table, &rows, &mut scratch)?;
@@ -248,11 +250,11 @@ impl TableJob {
         };
         let first_uses = self.first_uses(start, end);
         let (rows, tokens): (Vec<u32>, Vec<u32>) = {
-            let reuse = lock(reuse);
+            let store = lock(reuse);
             first_uses
                 .into_iter()
-                .filter(|&(_, row)| !reuse.store.contains(row))
-                .take(reuse.store.free_slots())
+                .filter(|&(_, row)| !store.contains(row))
+                .take(store.free_slots())
                 .map(|(token, row)| (row, token))
                 .unzip()
         };
@@ -265,15 +267,15 @@ impl TableJob {
         ctx.read(self.table, &rows, read)?;
         self.stats
             .record_ahead(Phase::Prefill, self.table, rows.len() as u64);
-        let mut reuse = lock(reuse);
+        let mut store = lock(reuse);
         for ((&row, &token), bytes) in rows
             .iter()
             .zip(&tokens)
             .zip(read.chunks_exact(stored_bytes))
         {
-            reuse.store.update(row, token, bytes);
+            store.update(row, token, bytes);
         }
-        drop(reuse);
+        drop(store);
         *lock(&self.raw_scratch) = scratch;
         Ok(())
     }
@@ -289,9 +291,9 @@ impl TableJob {
         let mut rows = self.row_ids(start, end);
         rows.sort_unstable();
         rows.dedup();
-        if let Some(reuse) = &self.reuse {
-            let reuse = lock(reuse);
-            rows.retain(|&row| !reuse.store.contains(row));
+        if let Some(store) = &self.reuse {
+            let store = lock(store);
+            rows.retain(|&row| !store.contains(row));
         }
         if rows.is_empty() {
             return Ok(());
@@ -336,7 +338,7 @@ impl TableJob {
     fn read_reusing(
         &self,
         ctx: &ReadCtx<'_>,
-        reuse: &mut Reuse,
+        store: &mut ReuseStore,
         first: u32,
         end: u32,
         rows: &[u32],
@@ -347,7 +349,7 @@ impl TableJob {
         let mut missing = Vec::new();
         let mut missing_at = Vec::new();
         for (i, row) in rows.iter().enumerate() {
-            match reuse.store.get(*row) {
+            match store.get(*row) {
                 Some(stored) => out.put(i, stored).map_err(|e| corrupt(e, *row))?,
                 None => {
                     missing.push(*row);
@@ -373,7 +375,7 @@ impl TableJob {
             }
             read
         };
-        self.keep_for_reuse(reuse, first, end, rows, &missing_at, stored);
+        self.keep_for_reuse(store, first, end, rows, &missing_at, stored);
         self.stats.record_reuse(ctx.phase, self.table, hits as u64);
         Ok(())
     }
@@ -386,7 +388,7 @@ impl TableJob {
     /// be gone.
     fn keep_for_reuse(
         &self,
-        reuse: &mut Reuse,
+        store: &mut ReuseStore,
         first: u32,
         end: u32,
         rows: &[u32],
@@ -394,9 +396,15 @@ impl TableJob {
         stored: &[u8],
     ) {
         let base = first as usize * self.cols;
+        // Set by the consumer right after it queued the first batches; at
+        // worst the first batch waits here for the rest of that hashing.
+        // The count is published on every path (`find_next_uses`).
+        let _ = self.next_uses_set.wait(1);
+        let none = NextUses::none(self.cols);
+        let next_uses = self.next_uses.get().unwrap_or(&none);
         // An earlier occurrence whose next use is inside the range is
         // superseded by that later one.
-        let next_past = |i: usize| Some(reuse.next.get(base + i)).filter(|&next| next >= end);
+        let next_past = |i: usize| Some(next_uses.get(base + i)).filter(|&next| next >= end);
         let mut read = missing_at.iter().peekable();
         let mut held = Vec::new();
         for (i, &row) in rows.iter().enumerate() {
@@ -406,42 +414,62 @@ impl TableJob {
             }
         }
         for (row, next) in held {
-            reuse.store.update(row, next, &[]);
+            store.update(row, next, &[]);
         }
         let stored_bytes = self.stored_bytes();
         for (&i, bytes) in missing_at.iter().zip(stored.chunks_exact(stored_bytes)) {
             if let Some(next) = next_past(i) {
-                reuse.store.update(rows[i], next, bytes);
+                store.update(rows[i], next, bytes);
             }
         }
     }
 }
 
-/// The reuse store of `table`, with the next use of each of its row
-/// occurrences; `None` when reuse is off or cannot help (one batch).
-fn reuse_for(setup: &PrefillSetup<'_>, table: usize) -> Option<Mutex<Reuse>> {
+/// The reuse store of `table`; `None` when reuse is off or cannot help
+/// (one batch).
+fn reuse_for(setup: &PrefillSetup<'_>, table: usize) -> Option<ReuseStore> {
     let plan = setup.plan;
     if plan.whole_table || plan.tokens <= plan.first_chunk {
         return None;
     }
-    let store = ReuseStore::new(plan.reuse_bytes, setup.source.row_bytes(table))?;
-    let cols = setup.cols[0];
-    // The walk goes backwards; rows are hashed a block of tokens at a time.
-    const BLOCK: usize = 4096;
-    let mut block: (usize, Vec<u32>) = (usize::MAX, Vec::new());
-    let next = next_uses(plan.tokens as usize * cols, cols, |i| {
-        let token = i / cols;
-        if !(block.0..block.0.saturating_add(BLOCK)).contains(&token) {
-            let first = token / BLOCK * BLOCK;
-            let end = (first + BLOCK).min(plan.tokens as usize);
-            block = (
-                first,
-                setup.prompt.table_rows(table, first as u32, end as u32),
-            );
+    ReuseStore::new(plan.reuse_bytes, setup.source.row_bytes(table))
+}
+
+impl TableJob {
+    /// Hashes the whole prompt into the next use of each row occurrence
+    /// and hands it to the batches (a table without a reuse store needs
+    /// none). Called once, by the consumer, after the first batches are
+    /// queued, so their reads are under way while it hashes; a batch that
+    /// reaches the store meanwhile waits for it.
+    pub(super) fn find_next_uses(&self) {
+        // Published whatever happens below, so the batches' wait ends: a
+        // panic leaves no table (every row then counts as not used again:
+        // read again, not kept).
+        struct Publish<'a>(&'a Ready);
+        impl Drop for Publish<'_> {
+            fn drop(&mut self) {
+                self.0.publish(1);
+            }
         }
-        block.1[i - block.0 * cols]
-    });
-    Some(Mutex::new(Reuse { store, next }))
+        let _publish = Publish(&self.next_uses_set);
+        if self.reuse.is_none() {
+            return;
+        }
+        let (cols, tokens) = (self.cols, self.plan.tokens as usize);
+        // The walk goes backwards; rows are hashed a block of tokens at a time.
+        const BLOCK: usize = 4096;
+        let mut block: (usize, Vec<u32>) = (usize::MAX, Vec::new());
+        let next = next_uses(tokens * cols, cols, |i| {
+            let token = i / cols;
+            if !(block.0..block.0.saturating_add(BLOCK)).contains(&token) {
+                let first = token / BLOCK * BLOCK;
+                let end = (first + BLOCK).min(tokens);
+                block = (first, self.row_ids(first as u32, end as u32));
+            }
+            block.1[i - block.0 * cols]
+        });
+        let _ = self.next_uses.set(next);
+    }
 }
 
 #[cfg(test)]

@@ -132,6 +132,11 @@ impl<'s> Prefill<'s> {
         if setup.plan.mode == Mode::Overlap {
             core.try_schedule();
         }
+        // With the first batches' reads under way: the reuse stores' next
+        // uses, which hash the whole prompt.
+        for job in &core.jobs {
+            job.find_next_uses();
+        }
         Prefill {
             core,
             waits: Waits::new(tables),
