@@ -6,9 +6,10 @@
 # before it (`--device-fresh`: the device's rate drifts between runs), with
 # the CPU each spends a read; then the bench's 8K prefill against a floor
 # probed just before each run (DeepSeek layer and chunk sweeps, the
-# Qwen4-Exp layer sweep buffered, direct and direct on the pread pool);
-# FLOOR_EXTRA=1 adds the DeepSeek sweeps pinned to 2 cores (`--cores 2`)
-# and a 64K layer sweep.
+# Qwen4-Exp layer sweep); FLOOR_EXTRA=1 adds the DeepSeek sweeps pinned to
+# 2 cores (`--cores 2`), a 64K layer sweep and the Qwen4-Exp sweep direct
+# and direct on the pread pool. BASE_BIN, an earlier build, runs each bench
+# run again right after ENGRAM_BIN's (its runs named NAME-base).
 # docs/log/2026-12-03-read-order.md and docs/log/2026-12-04-floor.md hold
 # runs of it.
 #
@@ -36,6 +37,7 @@ probe=(--device-fresh --device-seconds "${PROBE_SECONDS:-2}")
 phases=" ${PHASES:-reads floor} "
 floor_extra=${FLOOR_EXTRA:-0}
 [ -x "$bin" ] || { echo "device-reads: $bin is not an executable" >&2; exit 2; }
+[ -z "${BASE_BIN:-}" ] || [ -x "$BASE_BIN" ] || { echo "device-reads: BASE_BIN $BASE_BIN is not an executable" >&2; exit 2; }
 [ -d crates ] || { echo "device-reads: run it from the repository root" >&2; exit 2; }
 res="$out/reads"
 mkdir -p "$res" "$work"
@@ -153,23 +155,29 @@ done
 [ -n "$fio" ] && echo "fio: $("$fio" --version)" >> "$res/machine.txt"
 
 [[ $phases == *" floor "* ]] || { pack; exit 0; }
-# bench NAME PREFILL ARGS...: one cold prefill of `overlap`.
+# bench NAME ROUND PREFILL ARGS...: one cold prefill of `overlap`, by each
+# build.
 bench() {
-    local name=$1 tokens=$2; shift 2
-    stamp "bench $name"
-    "$bin" bench --prompt "$prompt" --cold --json --prefill "$tokens" --decode 0 --repeat 1 \
-        --schedule overlap "${probe[@]}" "$@" > "$res/bench-$name.json" 2> "$res/bench-$name.err"
+    local name=$1 round=$2 tokens=$3; shift 3
+    local build exe file
+    for build in new ${BASE_BIN:+base}; do
+        exe=$bin; file=$name
+        [ "$build" = base ] && { exe=$BASE_BIN; file=$name-base; }
+        stamp "bench $file, round $round"
+        "$exe" bench --prompt "$prompt" --cold --json --prefill "$tokens" --decode 0 --repeat 1 \
+            --schedule overlap "${probe[@]}" "$@" > "$res/bench-$file-$round.json" 2> "$res/bench-$file-$round.err"
+    done
 }
 # The bench's prefill in the default read order, each run against a floor
 # probed just before it (under `--cores 2` the probe is pinned too).
 for round in $(seq 1 "$rounds"); do
     common=(--model "$model" --compute gpu:flash)
-    bench "layer-$round" 8192 "${common[@]}" --sweep layer
-    bench "chunk-$round" 8192 "${common[@]}" --sweep chunk
+    bench layer "$round" 8192 "${common[@]}" --sweep layer
+    bench chunk "$round" 8192 "${common[@]}" --sweep chunk
     if [ "$floor_extra" = 1 ]; then
-        bench "layer2c-$round" 8192 "${common[@]}" --sweep layer --cores 2
-        bench "chunk2c-$round" 8192 "${common[@]}" --sweep chunk --cores 2
-        bench "layer64k-$round" 65536 "${common[@]}" --sweep layer
+        bench layer2c "$round" 8192 "${common[@]}" --sweep layer --cores 2
+        bench chunk2c "$round" 8192 "${common[@]}" --sweep chunk --cores 2
+        bench layer64k "$round" 65536 "${common[@]}" --sweep layer
     fi
     pack
 done
@@ -178,9 +186,11 @@ stamp "synth qwen3.8-flash-next --scale 32"
 "$bin" synth --preset qwen3.8-flash-next --scale 32 --out "$work/q32" --quiet > /dev/null
 for round in $(seq 1 "$rounds"); do
     qwen=(--model "$work/q32/model.gguf" --compute gpu:m4-max-qwen38 --sweep layer)
-    bench "qwen-$round" 8192 "${qwen[@]}"
-    bench "qwendirect-$round" 8192 "${qwen[@]}" --direct
-    bench "qwendirectpsync-$round" 8192 "${qwen[@]}" --direct --backend psync
+    bench qwen "$round" 8192 "${qwen[@]}"
+    if [ "$floor_extra" = 1 ]; then
+        bench qwendirect "$round" 8192 "${qwen[@]}" --direct
+        bench qwendirectpsync "$round" 8192 "${qwen[@]}" --direct --backend psync
+    fi
     pack
 done
 rm -rf "$work/q32"
