@@ -20,7 +20,8 @@
 # DeepSeek model; FIO_SECONDS (5) each fio run; PROBE_SECONDS (2) each
 # probe; FIO_SWEEP=1 adds, in the first round, fio's io_uring at depths 32
 # and 128 and 8 and 16 KiB reads. PHASES ("reads floor") picks the phases:
-# `reads` (fio and iobench), `floor` (the bench against the floor).
+# `reads` (fio and iobench), `floor` (the bench against the floor);
+# FLOOR_MODELS ("deepseek qwen") the models the floor phase runs.
 # Results: $OUT/reads.tgz, written again after each phase, holding
 # summary.txt (a line per run, then medians and spreads over the rounds)
 # and every run's JSON. About 6 minutes on 16 cores.
@@ -36,6 +37,7 @@ fio_seconds=${FIO_SECONDS:-5}
 probe=(--device-fresh --device-seconds "${PROBE_SECONDS:-2}")
 phases=" ${PHASES:-reads floor} "
 floor_extra=${FLOOR_EXTRA:-0}
+floor_models=" ${FLOOR_MODELS:-deepseek qwen} "
 [ -x "$bin" ] || { echo "device-reads: $bin is not an executable" >&2; exit 2; }
 [ -z "${BASE_BIN:-}" ] || [ -x "$BASE_BIN" ] || { echo "device-reads: BASE_BIN $BASE_BIN is not an executable" >&2; exit 2; }
 [ -d crates ] || { echo "device-reads: run it from the repository root" >&2; exit 2; }
@@ -171,6 +173,7 @@ bench() {
 # The bench's prefill in the default read order, each run against a floor
 # probed just before it (under `--cores 2` the probe is pinned too).
 for round in $(seq 1 "$rounds"); do
+    [[ $floor_models == *" deepseek "* ]] || break
     common=(--model "$model" --compute gpu:flash)
     bench layer "$round" 8192 "${common[@]}" --sweep layer
     bench chunk "$round" 8192 "${common[@]}" --sweep chunk
@@ -185,6 +188,7 @@ rm -rf "$work/s$scale"
 stamp "synth qwen3.8-flash-next --scale 32"
 "$bin" synth --preset qwen3.8-flash-next --scale 32 --out "$work/q32" --quiet > /dev/null
 for round in $(seq 1 "$rounds"); do
+    [[ $floor_models == *" qwen "* ]] || break
     qwen=(--model "$work/q32/model.gguf" --compute gpu:m4-max-qwen38 --sweep layer)
     bench qwen "$round" 8192 "${qwen[@]}"
     if [ "$floor_extra" = 1 ]; then
