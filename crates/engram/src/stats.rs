@@ -8,7 +8,7 @@
 //! collector the scheduler feeds.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -123,6 +123,11 @@ pub struct TableStats {
     pub read_latency: Summary,
     /// Wall time of each batch call.
     pub batch_latency: Summary,
+    /// Wall time, in nanoseconds, while at least one batch call of the
+    /// table was under way: calls that overlap (a one-table prefill keeps
+    /// two batches in flight) count once.
+    #[serde(default)]
+    pub batch_busy_ns: u64,
 }
 
 /// What one phase cost, per table and in total.
@@ -205,14 +210,14 @@ fn rate(used: u64, read: u64) -> Option<f64> {
 
 impl TableStats {
     /// Adds `other`'s counts (waits, tokens, total stall, rows, reads,
-    /// bytes, batches) into `self`. Distributions cannot be summed: the
+    /// bytes, batches, busy time) into `self`. Distributions cannot be summed: the
     /// summaries of `self` are left as they are.
     pub fn add_counts(&mut self, other: &TableStats) {
         add_fields!(self, other;
             waits, tokens, stall_total_us,
             rows_requested, rows_unique, cache_hits, hot_hits, reuse_hits,
             ahead_rows, warm_rows, warm_reads, warm_bytes,
-            reads_issued, bytes_read, batches,
+            reads_issued, bytes_read, batches, batch_busy_ns,
         );
     }
 }
@@ -303,6 +308,29 @@ struct BatchStatsTotals {
     batches: u64,
     read_latency: Option<Histogram<u64>>,
     batch_latency: Option<Histogram<u64>>,
+    busy: BusyTime,
+}
+
+/// The union of a table's batch calls' wall times, recorded as each call
+/// ends (so in order of their ends, up to the lock's order).
+#[derive(Default)]
+struct BusyTime {
+    total_ns: u64,
+    until: Option<Instant>,
+}
+
+impl BusyTime {
+    /// Adds the call that ran for `elapsed` until `end`: the part of it
+    /// after the calls recorded before.
+    fn add(&mut self, end: Instant, elapsed: Duration) {
+        let start = end.checked_sub(elapsed).unwrap_or(end);
+        let from = self.until.map_or(start, |until| until.max(start));
+        let new = end.saturating_duration_since(from);
+        self.total_ns = self
+            .total_ns
+            .saturating_add(u64::try_from(new.as_nanos()).unwrap_or(u64::MAX));
+        self.until = Some(self.until.map_or(end, |until| until.max(end)));
+    }
 }
 
 struct PhaseRecord {
@@ -455,6 +483,7 @@ impl StatsRecorder {
                 for &ns in &batch.read_latencies_ns {
                     record(reads, ns, 1);
                 }
+                io.busy.add(Instant::now(), batch.elapsed);
                 let elapsed = u64::try_from(batch.elapsed.as_nanos()).unwrap_or(u64::MAX);
                 record(io.batch_latency.get_or_insert_with(histogram), elapsed, 1);
             }
@@ -504,6 +533,7 @@ fn phase_stats(r: &PhaseRecord) -> PhaseStats {
                 batches: t.io.batches,
                 read_latency: summary(&t.io.read_latency),
                 batch_latency: summary(&t.io.batch_latency),
+                batch_busy_ns: t.io.busy.total_ns,
             })
             .collect(),
         stall_per_token_total: Summary::from_histogram(&r.stall_total),
@@ -641,5 +671,17 @@ mod tests {
         old.as_object_mut().unwrap().remove("hint_use");
         let back: Stats = serde_json::from_value(old).unwrap();
         assert_eq!(back.hint_use, HintUse::default());
+    }
+
+    #[test]
+    fn busy_time_counts_overlapping_calls_once() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut busy = BusyTime::default();
+        busy.add(t0 + ms(10), ms(10)); // 0..10
+        busy.add(t0 + ms(14), ms(8)); // 6..14: 4 new
+        busy.add(t0 + ms(14), ms(2)); // 12..14: inside
+        busy.add(t0 + ms(30), ms(5)); // 25..30: after a gap
+        assert_eq!(busy.total_ns, ms(19).as_nanos() as u64);
     }
 }

@@ -280,6 +280,9 @@ pub struct MemSource {
     pub prefill_rows: [AtomicUsize; 2],
     /// Read calls so far.
     pub calls: AtomicUsize,
+    /// Prefill read calls running now, and the most that ever ran at once.
+    pub prefill_calls_running: AtomicUsize,
+    pub most_prefill_calls_running: AtomicUsize,
     /// Read calls at [`Priority::Hint`] so far.
     pub hint_calls: AtomicUsize,
     /// Rows read at [`Priority::Warm`] so far, per table (two tables).
@@ -287,6 +290,9 @@ pub struct MemSource {
     /// The table of every read call at [`Priority::Prefill`] or
     /// [`Priority::PrefillLater`], in call order.
     pub prefill_tables: std::sync::Mutex<Vec<usize>>,
+    /// The table and distinct rows of every prefill read call, in call
+    /// order.
+    pub prefill_log: std::sync::Mutex<Vec<(usize, Vec<u32>)>>,
     /// The table and priority of every prefill read call (as
     /// `prefill_tables`), in the order the calls finished.
     pub prefill_calls: std::sync::Mutex<Vec<(usize, Priority)>>,
@@ -384,6 +390,16 @@ impl RowSource for MemSource {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .push(table);
+            let mut distinct = rows.to_vec();
+            distinct.sort_unstable();
+            distinct.dedup();
+            self.prefill_log
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push((table, distinct));
+            let running = self.prefill_calls_running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_prefill_calls_running
+                .fetch_max(running, Ordering::SeqCst);
         }
         if let Some(d) = self.delay {
             std::thread::sleep(d); // stands in for device latency
@@ -392,6 +408,7 @@ impl RowSource for MemSource {
             self.serve(priority, rows.len(), d);
         }
         if prefill {
+            self.prefill_calls_running.fetch_sub(1, Ordering::SeqCst);
             if let Some(count) = self.prefill_rows.get(table) {
                 count.fetch_add(rows.len(), Ordering::Relaxed);
             }

@@ -165,7 +165,7 @@ fn phase_io(phases: &[&PhaseStats]) -> PhaseIo {
         let total_ns =
             |s: &engram::stats::Summary| (s.count as f64 * s.mean_us * 1e3).round() as u64;
         io.read_busy_ns += total_ns(&t.read_latency);
-        io.batch_busy_ns += total_ns(&t.batch_latency);
+        io.batch_busy_ns += t.batch_busy_ns;
         io.tables_read += u32::from(t.batch_latency.count > 0);
     }
     io

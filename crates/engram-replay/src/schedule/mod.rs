@@ -276,8 +276,8 @@ pub struct PhaseIo {
     /// The storage reads' latencies summed, nanoseconds: over the phase's
     /// wall time, the reads it kept in flight on average.
     pub read_busy_ns: u64,
-    /// The batch calls' wall times summed, nanoseconds (a table has one
-    /// batch in flight at a time, so per table the time it was read).
+    /// Per table, the time a batch call was under way (overlapping calls
+    /// of one table counted once), summed over the tables, nanoseconds.
     pub batch_busy_ns: u64,
     /// Tables with at least one batch call.
     pub tables_read: u32,

@@ -98,9 +98,10 @@ pub struct PrefetchConfig {
     /// Tokens per later read batch; batches end at multiples of it and each
     /// is published when read (default 256).
     pub read_batch_tokens: u32,
-    /// Read batches of one prefill in flight at once, at most one per table
-    /// (default 2). The most urgent goes to the device first; the others
-    /// are read with the depth it leaves free
+    /// Read batches of one prefill in flight at once (default 2): one per
+    /// table while several tables have ring batches to schedule, else
+    /// consecutive batches of one table. The most urgent goes to the device
+    /// first; the others are read with the depth it leaves free
     /// ([`crate::io::Priority::PrefillLater`]), so the device's queue stays
     /// full between batches and a second table's ring fills while the
     /// consumer is blocked on the first.

@@ -100,7 +100,7 @@ impl Sequence {
     /// Row ids (`[token][table][column]`) the sequence's hash gives
     /// `tokens` appended to it, without appending them. `mask[i] == true`
     /// marks token `i` real and `false` dead (padding), as a Hugging Face
-    /// `attention_mask` does ([`Hasher::hash`]).
+    /// `attention_mask` does ([`crate::hash::Hasher::hash`]).
     pub fn row_ids(&self, tokens: &[u32], mask: Option<&[bool]>) -> Result<Vec<u32>> {
         // A history restored from a snapshot continues the sequence exactly
         // and costs O(max_ngram_size), whatever the sequence length.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::{Engine, PanicSite, PrefetchConfig, PrefillOrder};
 use crate::layout::Layout;
 use crate::testing::{row_bytes_of, small_prefetch, within, MemSource, ROW_BYTES};
+use super::sync::lock_std as lock;
 use crate::Error;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -526,4 +527,64 @@ fn the_next_tables_reads_fill_the_device_behind_the_blocked_one() {
         );
         assert!(behind > 0, "table 1 read nothing while table 0 was read");
     });
+}
+
+/// A one-table model keeps two batches of its table in flight, so one
+/// batch's bookkeeping before and after its reads no longer leaves the
+/// device idle; every row is delivered right, across ring laps and a batch
+/// the ring wraps; and a row that two batches in flight share is read once
+/// (the later batch takes it from the store after the earlier one keeps
+/// it): with a store that holds every row, each distinct row is read once.
+#[test]
+fn a_one_table_model_reads_two_batches_at_once_and_each_row_once() {
+    let layout = crate::layout::preset(crate::layout::preset::QWEN3_8_FLASH_NEXT, 65536).unwrap();
+    let source = Arc::new(MemSource {
+        delay: Some(Duration::from_millis(3)),
+        ..MemSource::for_layout(&layout)
+    });
+    // Batches of 12 tokens on a 32-token ring: some batches wrap.
+    let config = PrefetchConfig {
+        read_batch_tokens: 12,
+        reuse_bytes: 1 << 20,
+        warm_page_cache: false,
+        ..small_prefetch()
+    };
+    let engine = Engine::new(source.clone(), layout, config).unwrap();
+    let probe = source.clone();
+    let (ids, cols) = within(LIMIT, move || {
+        let mut seq = engine.sequence();
+        // A short cycle of tokens: n-grams repeat within and across batches.
+        let tokens: Vec<u32> = (0..240u32).map(|i| (i * 7 + i / 29) % 23 + 5).collect();
+        let (cols, ids) = (seq.rows_per_token(), seq.row_ids(&tokens, None).unwrap());
+        let mut prefill = seq.prefill(&tokens, None).unwrap();
+        for upto in (8..=240).step_by(8) {
+            let view = prefill.wait(0, upto).unwrap();
+            let from = view.first_token() as usize;
+            let want: Vec<u8> = ids[from * cols..upto as usize * cols]
+                .iter()
+                .flat_map(|&row| row_bytes_of(0, u64::from(row)))
+                .collect();
+            assert!(view.to_vec() == want, "tokens {from}..{upto}");
+        }
+        (ids, cols)
+    });
+    assert!(cols > 1);
+    let mut distinct = ids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert!(distinct.len() < ids.len() / 2, "the prompt repeats rows");
+    // Each row in one read call (a call reads a row it lists twice once).
+    let mut read: Vec<u32> = lock(&probe.prefill_log)
+        .iter()
+        .flat_map(|(_, rows)| rows.clone())
+        .collect();
+    read.sort_unstable();
+    let calls = read.len();
+    read.dedup();
+    assert_eq!(read, distinct, "the rows read are the prompt's");
+    assert_eq!(calls, distinct.len(), "rows read in more than one call");
+    let most = probe
+        .most_prefill_calls_running
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most >= 2, "at most {most} prefill read in flight");
 }

@@ -51,13 +51,13 @@ pub(super) struct TableJob {
     next_uses_set: Ready,
     pub(super) source: Arc<dyn RowSource>,
     pub(super) stats: Arc<StatsRecorder>,
-    /// The stored bytes of a batch's rows: an f32 table's before they are
-    /// decoded, the rows read ahead into the reuse store, and those a
-    /// warm-up reads only to drop (a source that reads them). Kept between
-    /// batches (one reader of the job at a time): allocating megabytes per
-    /// batch on pool threads grows the allocator's retained memory with the
-    /// prompt.
-    raw_scratch: Mutex<Vec<u8>>,
+    /// Buffers for the stored bytes of a batch's rows: an f32 table's
+    /// before they are decoded, the rows read ahead into the reuse store,
+    /// and those a warm-up reads only to drop (a source that reads them).
+    /// One per batch in flight, kept between batches: allocating megabytes
+    /// per batch on pool threads grows the allocator's retained memory with
+    /// the prompt.
+    raw_scratch: Mutex<Vec<Vec<u8>>>,
 }
 
 /// Where a table's consumer is: what the readers rank and fill the ring by.
@@ -75,8 +75,8 @@ pub(super) struct ConsumerMarks {
     pub(super) consumed: AtomicU32,
 }
 
-/// Where a batch's rows are delivered: ring slots of raw rows, or of f32
-/// values decoded from the stored bytes.
+/// One run of a batch's ring slots: raw rows, or f32 values decoded from
+/// the stored bytes.
 enum Slots<'a> {
     Raw(&'a mut [u8]),
     F32(Encoding, &'a mut [f32]),
@@ -105,7 +105,7 @@ impl Slots<'_> {
         }
     }
 
-    /// Delivers row `i` of the batch from its stored bytes.
+    /// Delivers row `i` of the run from its stored bytes.
     fn put(&mut self, i: usize, stored: &[u8]) -> std::result::Result<(), RowsError> {
         match self {
             Slots::Raw(out) => {
@@ -120,6 +120,74 @@ impl Slots<'_> {
     }
 }
 
+/// Where a batch's rows are delivered: its ring slots, one run, or two
+/// where the ring wraps.
+struct BatchSlots<'a> {
+    first: Slots<'a>,
+    /// The run from the ring's start, and the batch position it begins at.
+    wrapped: Option<(usize, Slots<'a>)>,
+}
+
+impl BatchSlots<'_> {
+    /// Delivers row `i` of the batch from its stored bytes.
+    fn put(&mut self, i: usize, stored: &[u8]) -> std::result::Result<(), RowsError> {
+        match &mut self.wrapped {
+            Some((at, run)) if i >= *at => run.put(i - *at, stored),
+            _ => self.first.put(i, stored),
+        }
+    }
+
+    /// Reads all of `rows` (the batch's) into the slots, run by run.
+    fn read_all(
+        &mut self,
+        ctx: &ReadCtx<'_>,
+        table: usize,
+        rows: &[u32],
+        scratch: &mut Vec<u8>,
+    ) -> Result<()> {
+        let at = self.wrapped.as_ref().map_or(rows.len(), |(at, _)| *at);
+        self.first.read_all(ctx, table, &rows[..at], scratch)?;
+        if let Some((_, run)) = &mut self.wrapped {
+            run.read_all(ctx, table, &rows[at..], scratch)?;
+        }
+        Ok(())
+    }
+}
+
+/// A ring batch between its two halves ([`TableJob::begin_batch`] and
+/// [`TableJob::complete_batch`]): its rows are in their slots, but for
+/// those left to take from the store, and it is not published yet.
+pub(super) struct ReadBatch {
+    start: u32,
+    end: u32,
+    phase: Phase,
+    priority: Priority,
+    /// Row ids of the batch, token-major.
+    rows: Vec<u32>,
+    /// Positions, ascending, of the rows read from the source. Their
+    /// stored bytes are the front of `scratch` in that order, or the slots
+    /// themselves when `in_slots` (raw rows, all read at once).
+    read_at: Vec<usize>,
+    in_slots: bool,
+    scratch: Vec<u8>,
+    /// Positions of rows an earlier batch in flight reads: taken from the
+    /// store once that batch has kept them.
+    deferred: Vec<usize>,
+    /// Rows copied from the store.
+    hits: usize,
+}
+
+impl ReadBatch {
+    /// The first token after the batch.
+    pub(super) fn end(&self) -> u32 {
+        self.end
+    }
+}
+
+/// What [`TableJob::begin_batch`] learns of an earlier batch of the table
+/// in flight: its tokens, and its distinct row ids (sorted) once it has
+/// hashed them.
+pub(super) type EarlierBatch = (u32, u32, Option<Arc<[u32]>>);
 impl TableJob {
     /// The reader state of `table` for the prefill `setup` describes.
     pub(super) fn new(setup: &PrefillSetup<'_>, table: usize) -> TableJob {
@@ -191,13 +259,13 @@ impl TableJob {
         }
     }
 
-    /// Reads tokens `start..end` into their ring slots (split where the ring
-    /// wraps), at `priority`.
+    /// Reads tokens `start..end` into their ring slots, at `priority`:
+    /// [`TableJob::begin_batch`] and [`TableJob::complete_batch`] at once.
     ///
     /// Caller guarantees: no consumer view covers those slots (`end <=
     /// released + ring_tokens` and `start >= ready`), and no other reader of
-    /// this job runs (one chunk in flight, or the consumer reading at the
-    /// wait with no pool reader scheduled).
+    /// this job runs (the consumer reading at the wait with no pool reader
+    /// scheduled).
     pub(super) fn read_range(
         &self,
         start: u32,
@@ -205,36 +273,195 @@ impl TableJob {
         phase: Phase,
         priority: Priority,
     ) -> Result<()> {
+        let batch = self.begin_batch(start, end, phase, priority, |_| Vec::new())?;
+        self.complete_batch(batch)
+    }
+
+    /// The first half of a ring batch of tokens `start..end`: the rows the
+    /// reuse store holds are copied into their ring slots and the others
+    /// are read there, at `priority`, but for rows an earlier batch of the
+    /// table in flight reads too. Those are left to
+    /// [`TableJob::complete_batch`], which takes them from the store once
+    /// that batch has kept them: a row two batches in flight share is read
+    /// once.
+    ///
+    /// `earlier` is given this batch's distinct rows (sorted, for later
+    /// batches to check theirs against) and returns the earlier batches in
+    /// flight; one that has not hashed its rows yet is hashed here. It is
+    /// called only with a store.
+    ///
+    /// Caller guarantees: no consumer view covers the slots of
+    /// `start..end` (`end <= released + ring_tokens` and `start >= ready`),
+    /// and nobody else writes them until the batch is completed.
+    pub(super) fn begin_batch(
+        &self,
+        start: u32,
+        end: u32,
+        phase: Phase,
+        priority: Priority,
+        earlier: impl FnOnce(Arc<[u32]>) -> Vec<EarlierBatch>,
+    ) -> Result<ReadBatch> {
         let ctx = self.read_ctx(phase, priority);
+        let rows = self.row_ids(start, end);
+        let mut scratch = self.take_scratch();
+        // SAFETY: per the caller's guarantee the slots of start..end are
+        // neither viewed by the consumer nor written by anyone else.
+        let mut slots = unsafe { self.slots(start, end) };
+        let mut batch = ReadBatch {
+            start,
+            end,
+            phase,
+            priority,
+            rows: Vec::new(),
+            read_at: Vec::new(),
+            in_slots: false,
+            scratch: Vec::new(),
+            deferred: Vec::new(),
+            hits: 0,
+        };
+        let Some(store) = &self.reuse else {
+            slots.read_all(&ctx, self.table, &rows, &mut scratch)?;
+            batch.scratch = scratch;
+            return Ok(batch);
+        };
+        let earlier: Vec<Arc<[u32]>> = earlier(distinct(rows.clone()))
+            .into_iter()
+            .map(|(from, to, set)| set.unwrap_or_else(|| distinct(self.row_ids(from, to))))
+            .collect();
+        {
+            let store = lock(store);
+            for (i, &row) in rows.iter().enumerate() {
+                match store.get(row) {
+                    Some(stored) => {
+                        slots.put(i, stored).map_err(|e| self.corrupt(e, row))?;
+                        batch.hits += 1;
+                    }
+                    None if earlier.iter().any(|set| set.binary_search(&row).is_ok()) => {
+                        batch.deferred.push(i);
+                    }
+                    None => batch.read_at.push(i),
+                }
+            }
+        }
+        match &mut slots {
+            // Nothing held or left: the whole batch is read as if there
+            // were no store, and the store takes the rows from there.
+            BatchSlots {
+                first,
+                wrapped: None,
+            } if batch.read_at.len() == rows.len() => {
+                first.read_all(&ctx, self.table, &rows, &mut scratch)?;
+                batch.in_slots = matches!(first, Slots::Raw(_));
+            }
+            _ => {
+                let missing: Vec<u32> = batch.read_at.iter().map(|&i| rows[i]).collect();
+                let stored_bytes = self.stored_bytes();
+                let read = grown(&mut scratch, missing.len() * stored_bytes);
+                ctx.read(self.table, &missing, read)?;
+                for (bytes, &i) in read.chunks_exact(stored_bytes).zip(&batch.read_at) {
+                    slots.put(i, bytes).map_err(|e| self.corrupt(e, rows[i]))?;
+                }
+            }
+        }
+        batch.rows = rows;
+        batch.scratch = scratch;
+        Ok(batch)
+    }
+
+    /// The second half of a ring batch, once every earlier batch of the
+    /// table is completed: the rows left to the store are taken from it
+    /// (or read, where it did not keep them), then each row of the batch
+    /// that a later token needs goes to the store with its next use.
+    /// Completing batches in token order keeps the store's next uses right:
+    /// each batch moves its rows past the ones before it.
+    pub(super) fn complete_batch(&self, mut batch: ReadBatch) -> Result<()> {
+        let Some(store) = &self.reuse else {
+            self.put_scratch(batch.scratch);
+            return Ok(());
+        };
+        let store = &mut lock(store);
+        // SAFETY: `begin_batch`'s guarantee holds until the batch is
+        // published, after this.
+        let mut slots = unsafe { self.slots(batch.start, batch.end) };
+        let mut late = Vec::new();
+        for &i in &batch.deferred {
+            let row = batch.rows[i];
+            match store.get(row) {
+                Some(stored) => {
+                    slots.put(i, stored).map_err(|e| self.corrupt(e, row))?;
+                    batch.hits += 1;
+                }
+                None => late.push(i),
+            }
+        }
+        let stored_bytes = self.stored_bytes();
+        if !late.is_empty() {
+            // The earlier batch did not keep them (its store was full of
+            // rows needed sooner): read now, and merged into the rows read
+            // for the store's bookkeeping.
+            let ctx = self.read_ctx(batch.phase, batch.priority);
+            let missing: Vec<u32> = late.iter().map(|&i| batch.rows[i]).collect();
+            let mut read = vec![0; missing.len() * stored_bytes];
+            ctx.read(self.table, &missing, &mut read)?;
+            for (bytes, &i) in read.chunks_exact(stored_bytes).zip(&late) {
+                slots.put(i, bytes).map_err(|e| self.corrupt(e, batch.rows[i]))?;
+            }
+            let early = &batch.scratch[..batch.read_at.len() * stored_bytes];
+            let (at, bytes) = merge_by_position(
+                (&batch.read_at, early),
+                (&late, &read),
+                stored_bytes,
+            );
+            batch.read_at = at;
+            grown(&mut batch.scratch, bytes.len()).copy_from_slice(&bytes);
+        }
+        let stored: &[u8] = match &slots.first {
+            Slots::Raw(out) if batch.in_slots => out,
+            _ => &batch.scratch[..batch.read_at.len() * stored_bytes],
+        };
+        let (start, end) = (batch.start, batch.end);
+        self.keep_for_reuse(store, start, end, &batch.rows, &batch.read_at, stored);
+        self.stats
+            .record_reuse(batch.phase, self.table, batch.hits as u64);
+        self.put_scratch(batch.scratch);
+        Ok(())
+    }
+
+    /// The ring slots of tokens `start..end`.
+    ///
+    /// # Safety
+    /// No consumer view covers them and nobody else writes them while the
+    /// result lives.
+    unsafe fn slots(&self, start: u32, end: u32) -> BatchSlots<'_> {
         let cap = self.plan.ring_tokens;
-        let mut t = start;
-        while t < end {
-            let slot = t % cap;
-            let seg_end = end.min(t + (cap - slot));
-            let rows = self.row_ids(t, seg_end);
-            let tb = self.token_bytes();
-            let (at, len) = (slot as usize * tb, (seg_end - t) as usize * tb);
-            let mut slots = match self.decode {
-                // SAFETY: per the caller's guarantee the slots of
-                // t..seg_end are neither viewed by the consumer nor written
-                // by anyone else.
+        let tb = self.token_bytes();
+        let run = |from: u32, to: u32| {
+            let (at, len) = ((from % cap) as usize * tb, (to - from) as usize * tb);
+            match self.decode {
+                // SAFETY: per the caller's guarantee.
                 Some(enc) => Slots::F32(enc, unsafe { self.ring.slice_mut_f32(at, len / 4) }),
                 // SAFETY: as above.
                 None => Slots::Raw(unsafe { self.ring.slice_mut(at, len) }),
-            };
-            let mut scratch = lock(&self.raw_scratch);
-            match &self.reuse {
-                Some(store) => {
-                    let store = &mut lock(store);
-                    self.read_reusing(&ctx, store, t, seg_end, &rows, slots, &mut scratch)?
-                }
-                None => {
-                    slots.read_all(&ctx, self.table, &rows, &mut scratch)?;
-                }
             }
-            t = seg_end;
+        };
+        let split = end.min(start + (cap - start % cap));
+        BatchSlots {
+            first: run(start, split),
+            wrapped: (split < end).then(|| ((split - start) as usize * self.cols, run(split, end))),
         }
-        Ok(())
+    }
+
+    fn corrupt(&self, error: RowsError, row: u32) -> crate::Error {
+        error.into_error_at(self.table, &[row])
+    }
+
+    /// A buffer for a batch's stored bytes, kept from an earlier batch.
+    fn take_scratch(&self) -> Vec<u8> {
+        lock(&self.raw_scratch).pop().unwrap_or_default()
+    }
+
+    fn put_scratch(&self, scratch: Vec<u8>) {
+        lock(&self.raw_scratch).push(scratch);
     }
 
     /// Reads the rows of tokens `start..end` that the reuse store lacks into
@@ -260,9 +487,7 @@ impl TableJob {
         };
         let ctx = self.read_ctx(Phase::Prefill, priority);
         let stored_bytes = self.stored_bytes();
-        // Taken out of its lock for the read: the store's lock is taken
-        // below, and the batch path takes the two the other way round.
-        let mut scratch = std::mem::take(&mut *lock(&self.raw_scratch));
+        let mut scratch = self.take_scratch();
         let read = grown(&mut scratch, rows.len() * stored_bytes);
         ctx.read(self.table, &rows, read)?;
         self.stats
@@ -276,7 +501,7 @@ impl TableJob {
             store.update(row, token, bytes);
         }
         drop(store);
-        *lock(&self.raw_scratch) = scratch;
+        self.put_scratch(scratch);
         Ok(())
     }
 
@@ -298,7 +523,7 @@ impl TableJob {
         if rows.is_empty() {
             return Ok(());
         }
-        let mut scratch = lock(&self.raw_scratch);
+        let mut scratch = self.take_scratch();
         let len = rows.len() * self.stored_bytes();
         // Straight to the source, not through `ReadCtx`: the prefill's row
         // counts stay those of the rows it delivers (the ring's later reads
@@ -309,8 +534,9 @@ impl TableJob {
             rows: &rows,
             priority: Priority::Warm,
         };
-        let batch = self.source.read(request, grown(&mut scratch, len))?;
-        self.stats.record_warm(Phase::Prefill, self.table, &batch);
+        let batch = self.source.read(request, grown(&mut scratch, len));
+        self.put_scratch(scratch);
+        self.stats.record_warm(Phase::Prefill, self.table, &batch?);
         Ok(())
     }
 
@@ -328,56 +554,6 @@ impl TableJob {
         uses.dedup_by_key(|&mut (_, row)| row);
         uses.sort_unstable();
         uses
-    }
-
-    /// Fills `out` with the rows of tokens `first..end` (`rows`): those in
-    /// the reuse store from it, the rest read in one call (through
-    /// `scratch`); then each row's last occurrence in the range goes to the
-    /// store with its next use.
-    #[allow(clippy::too_many_arguments)]
-    fn read_reusing(
-        &self,
-        ctx: &ReadCtx<'_>,
-        store: &mut ReuseStore,
-        first: u32,
-        end: u32,
-        rows: &[u32],
-        mut out: Slots<'_>,
-        scratch: &mut Vec<u8>,
-    ) -> Result<()> {
-        let corrupt = |e: RowsError, row: u32| e.into_error_at(self.table, &[row]);
-        let mut missing = Vec::new();
-        let mut missing_at = Vec::new();
-        for (i, row) in rows.iter().enumerate() {
-            match store.get(*row) {
-                Some(stored) => out.put(i, stored).map_err(|e| corrupt(e, *row))?,
-                None => {
-                    missing.push(*row);
-                    missing_at.push(i);
-                }
-            }
-        }
-        let hits = rows.len() - missing.len();
-        let stored: &[u8] = if hits == 0 {
-            // Nothing held: the whole batch is read as if there were no
-            // store, and the store takes the rows from there.
-            out.read_all(ctx, self.table, rows, scratch)?
-        } else {
-            let stored_bytes = self.stored_bytes();
-            let read = grown(scratch, missing.len() * stored_bytes);
-            ctx.read(self.table, &missing, read)?;
-            for ((bytes, row), &i) in read
-                .chunks_exact(stored_bytes)
-                .zip(&missing)
-                .zip(&missing_at)
-            {
-                out.put(i, bytes).map_err(|e| corrupt(e, *row))?;
-            }
-            read
-        };
-        self.keep_for_reuse(store, first, end, rows, &missing_at, stored);
-        self.stats.record_reuse(ctx.phase, self.table, hits as u64);
-        Ok(())
     }
 
     /// Gives the store each row of tokens `first..end` (`rows`) whose next
@@ -423,6 +599,38 @@ impl TableJob {
             }
         }
     }
+}
+
+/// The distinct values of `rows`, sorted.
+fn distinct(mut rows: Vec<u32>) -> Arc<[u32]> {
+    rows.sort_unstable();
+    rows.dedup();
+    rows.into()
+}
+
+/// Two lists of (ascending positions, their `row_bytes`-byte rows) merged
+/// into one by position.
+fn merge_by_position(
+    a: (&[usize], &[u8]),
+    b: (&[usize], &[u8]),
+    row_bytes: usize,
+) -> (Vec<usize>, Vec<u8>) {
+    let mut at = Vec::with_capacity(a.0.len() + b.0.len());
+    let mut bytes = Vec::with_capacity(a.1.len() + b.1.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.0.len() || j < b.0.len() {
+        let from_a = j == b.0.len() || (i < a.0.len() && a.0[i] < b.0[j]);
+        let (pos, row) = if from_a {
+            i += 1;
+            (a.0[i - 1], &a.1[(i - 1) * row_bytes..][..row_bytes])
+        } else {
+            j += 1;
+            (b.0[j - 1], &b.1[(j - 1) * row_bytes..][..row_bytes])
+        };
+        at.push(pos);
+        bytes.extend_from_slice(row);
+    }
+    (at, bytes)
 }
 
 /// The reuse store of `table`; `None` when reuse is off or cannot help

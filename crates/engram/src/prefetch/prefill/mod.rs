@@ -26,8 +26,15 @@
 //! consumer, instead of leaving the device idle.
 //!
 //! A prefill keeps at most `prefill_batches_in_flight` batches in flight
-//! (default 2, one per table at most, so each table publishes in order)
-//! and picks the next by [`PrefillCore::rank`]. The most urgent in flight
+//! (default 2) and picks the next by [`PrefillCore::rank`]: one per table
+//! while another table has ring batches left to schedule; after that (and
+//! always for a one-table model) a table reads its next ring batch while
+//! its last one is in flight, so one batch's bookkeeping (store lookups,
+//! keeping rows for reuse) overlaps another's reads. A table's batches are
+//! completed and published in token order: a batch whose reads end first
+//! is completed by the earlier one after itself, and a row two batches in
+//! flight share is read by the earlier one only; the later takes it from
+//! the store once the earlier has kept it ([`job::TableJob::begin_batch`]). The most urgent in flight
 //! is read at [`Priority::Prefill`]; one that ranks after it, or belongs to
 //! a table whose layer comes after one with rows still to deliver, at
 //! [`Priority::PrefillLater`], which the source serves only with the depth
@@ -81,7 +88,7 @@ pub(crate) struct Plan {
     pub first_chunk: u32,
     /// Tokens per later read batch (batches end at multiples of it).
     pub read_batch: u32,
-    /// Batches of one prefill in flight at once (at most one per table).
+    /// Batches of one prefill in flight at once.
     pub in_flight: usize,
     pub mode: Mode,
     pub batch: bool,

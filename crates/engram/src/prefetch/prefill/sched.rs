@@ -1,6 +1,7 @@
 //! A prefill's schedule: which table's batch goes to the pool next, the
 //! pool task that reads it, and cancellation.
 
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,7 +11,7 @@ use super::super::pool::{Parked, PoolShared, Task};
 use super::super::ready::InFlight;
 use super::super::source::Priority;
 use super::super::sync::{lock_std as lock, CacheLine};
-use super::job::TableJob;
+use super::job::{EarlierBatch, ReadBatch, TableJob};
 use super::Plan;
 use crate::prefetch::PrefillOrder;
 use crate::stats::Phase;
@@ -26,18 +27,44 @@ struct Sched {
     /// Per table: the first token whose rows were not yet read into the
     /// page cache (tokens past the store's reach; see [`Kind::Warm`]).
     warm: Vec<u32>,
-    /// Per table: a batch is queued or running.
-    busy: Vec<bool>,
-    /// Per table: the kind and first token of the batch queued or running
-    /// (meaningful while `busy`), to rank it against the next one.
-    running: Vec<(Kind, u32)>,
+    /// Per table: its batches queued or running, earliest first. Ring
+    /// batches complete in this order; a read-ahead or a warm-up runs
+    /// alone.
+    lanes: Vec<VecDeque<Queued>>,
     /// Per table: a batch failed (its waiters get the error; the other
     /// tables go on).
     failed: Vec<bool>,
-    /// Batches queued or running, all tables.
-    in_flight: usize,
     /// No more batches (cancelled, failed or the engine is gone).
     stopped: bool,
+}
+
+impl Sched {
+    /// Batches queued or running, all tables.
+    fn in_flight(&self) -> usize {
+        self.lanes.iter().map(VecDeque::len).sum()
+    }
+
+    /// Forgets the batch of `table` of `kind` starting at `start`.
+    fn leave(&mut self, table: usize, kind: Kind, start: u32) {
+        let lane = &mut self.lanes[table];
+        if let Some(at) = lane.iter().position(|q| q.kind == kind && q.start == start) {
+            lane.remove(at);
+        }
+    }
+}
+
+/// A batch queued or running.
+struct Queued {
+    kind: Kind,
+    start: u32,
+    end: u32,
+    priority: Priority,
+    /// A ring batch's distinct row ids, once it has hashed them: a later
+    /// batch of the table leaves the rows they share to the store.
+    rows: Option<Arc<[u32]>>,
+    /// A ring batch whose reads are done while an earlier one of its table
+    /// is still in flight: that one completes it after itself.
+    read: Option<Result<ReadBatch>>,
 }
 
 /// A prefill's reader state: the tables' jobs and the shared schedule.
@@ -82,10 +109,8 @@ impl PrefillCore {
                 next: vec![0; tables],
                 ahead: vec![0; tables],
                 warm: vec![0; tables],
-                busy: vec![false; tables],
-                running: vec![(Kind::Ring, 0); tables],
+                lanes: (0..tables).map(|_| VecDeque::new()).collect(),
                 failed: vec![false; tables],
-                in_flight: 0,
                 stopped: false,
             })),
             flight: Arc::new(InFlight::new()),
@@ -255,13 +280,17 @@ impl PrefillCore {
         let parked;
         {
             let mut s = lock(&self.sched);
-            while !s.stopped && s.in_flight < self.plan.in_flight {
+            while !s.stopped && s.in_flight() < self.plan.in_flight {
+                // An idle table first; a busy one adds ring batches only.
                 let candidate = self
                     .jobs
                     .iter()
-                    .filter(|job| !s.busy[job.table] && !s.failed[job.table])
+                    .filter(|job| !s.failed[job.table] && self.may_add(&s, job.table))
                     .filter_map(|job| Some((job.table, self.next_batch(&s, job)?)))
-                    .min_by_key(|&(table, (kind, start, _))| self.rank(table, start, kind));
+                    .filter(|&(table, (kind, ..))| s.lanes[table].is_empty() || kind == Kind::Ring)
+                    .min_by_key(|&(table, (kind, start, _))| {
+                        (!s.lanes[table].is_empty(), self.rank(table, start, kind))
+                    });
                 let Some((table, (kind, start, end))) = candidate else {
                     break; // done, or parked until the consumer frees ring room
                 };
@@ -271,10 +300,13 @@ impl PrefillCore {
                     Kind::Warm => s.warm[table] = end,
                 }
                 let rank = self.rank(table, start, kind);
-                let behind = (0..self.jobs.len()).any(|other| {
-                    let (k, at) = s.running[other];
-                    s.busy[other] && self.rank(other, at, k) < rank
-                });
+                // A table's next batch while its last is in flight is
+                // behind it, whatever their ranks.
+                let behind = !s.lanes[table].is_empty()
+                    || s.lanes.iter().enumerate().any(|(other, lane)| {
+                        lane.front()
+                            .is_some_and(|q| self.rank(other, q.start, q.kind) < rank)
+                    });
                 // Not urgent (rank 2) and past the first table with rows
                 // left to deliver: a table whose layer comes later, read
                 // before the consumer reaches it. Read behind, even with
@@ -289,9 +321,14 @@ impl PrefillCore {
                 } else {
                     Priority::Prefill
                 };
-                s.busy[table] = true;
-                s.running[table] = (kind, start);
-                s.in_flight += 1;
+                s.lanes[table].push_back(Queued {
+                    kind,
+                    start,
+                    end,
+                    priority,
+                    rows: None,
+                    read: None,
+                });
                 self.flight.enter();
                 ready.push(ChunkTask {
                     core: self.clone(),
@@ -303,7 +340,7 @@ impl PrefillCore {
                 });
             }
             parked = !s.stopped
-                && s.in_flight == 0
+                && s.in_flight() == 0
                 && (0..self.jobs.len()).any(|t| !s.failed[t] && s.next[t] < self.plan.tokens);
         }
         for task in ready {
@@ -312,26 +349,105 @@ impl PrefillCore {
         parked
     }
 
-    fn finish_batch(self: &Arc<Self>, table: usize, kind: Kind, result: Result<u32>) {
-        let job = &self.jobs[table];
-        match (kind, result) {
-            (Kind::Ring, Ok(end)) => job.ready.publish(end),
-            (Kind::Ring, Err(e)) => {
-                lock(&self.sched).failed[table] = true;
-                job.ready.fail(e);
+    /// Whether `table` may take another batch: it has none in flight, or
+    /// only ring batches, the first of them read first
+    /// ([`Priority::Prefill`]: the second is read behind it, with the depth
+    /// it leaves, instead of splitting the device with it), and every other
+    /// table has all of its ring batches scheduled.
+    ///
+    /// Why a second batch of one table: a batch's bookkeeping before and
+    /// after its reads (the store's lookups, hashing, keeping rows for
+    /// reuse) leaves the device idle unless another batch reads meanwhile.
+    /// With one table (Qwen4-Exp) nothing else did: 0.022-0.026 s of an
+    /// 8K prefill on the H200 host went outside any batch's reads
+    /// (docs/log/2026-12-04-floor.md). Why only once the other tables are
+    /// scheduled: until then their batches fill those gaps, and a second
+    /// batch would hold back a table whose layer comes later.
+    fn may_add(&self, s: &Sched, table: usize) -> bool {
+        let lane = &s.lanes[table];
+        lane.is_empty()
+            || (lane.iter().all(|q| q.kind == Kind::Ring)
+                && lane.front().is_some_and(|q| q.priority == Priority::Prefill)
+                && (0..self.jobs.len())
+                    .all(|t| t == table || s.failed[t] || s.next[t] >= self.plan.tokens))
+    }
+
+    /// For a ring batch of `table` starting at `start` that has hashed its
+    /// distinct rows (`mine`): records them and returns the earlier ring
+    /// batches of the table in flight.
+    fn trade_rows(&self, table: usize, start: u32, mine: Arc<[u32]>) -> Vec<EarlierBatch> {
+        let mut s = lock(&self.sched);
+        let mut earlier = Vec::new();
+        for q in s.lanes[table].iter_mut() {
+            if q.start == start {
+                q.rows = Some(mine);
+                break;
             }
-            (Kind::Ahead, Ok(_)) => {}
-            // Nobody waits on a read-ahead: stop reading ahead; the ring
-            // batch that needs the row reads it again and reports the error.
-            (Kind::Ahead, Err(_)) => lock(&self.sched).ahead[table] = self.plan.tokens,
-            (Kind::Warm, Ok(_)) => {}
-            (Kind::Warm, Err(_)) => lock(&self.sched).warm[table] = self.plan.tokens,
+            earlier.push((q.start, q.end, q.rows.clone()));
         }
+        earlier
+    }
+
+    /// A ring batch of `table` starting at `start` has done its reads
+    /// (`read`): completes and publishes it, and then each later batch of
+    /// the table whose reads were done meanwhile, in token order. If an
+    /// earlier batch of the table is still in flight, leaves it to that
+    /// one.
+    fn ring_batch_read(self: &Arc<Self>, table: usize, start: u32, read: Result<ReadBatch>) {
+        let job = &self.jobs[table];
         {
             let mut s = lock(&self.sched);
-            s.busy[table] = false;
-            s.in_flight -= 1;
+            let lane = &mut s.lanes[table];
+            if lane.front().is_some_and(|q| q.start != start) {
+                if let Some(q) = lane.iter_mut().find(|q| q.start == start) {
+                    q.read = Some(read);
+                }
+                return;
+            }
         }
+        let mut next = Some(read);
+        while let Some(read) = next.take() {
+            let outcome = read.and_then(|batch| {
+                let end = batch.end();
+                job.complete_batch(batch).map(|()| end)
+            });
+            let publish = {
+                let mut s = lock(&self.sched);
+                s.lanes[table].pop_front();
+                next = s.lanes[table].front_mut().and_then(|q| q.read.take());
+                match outcome {
+                    // After a failure nothing is published: the failed
+                    // batch's rows were never written.
+                    Ok(_) if s.failed[table] => None,
+                    Ok(end) => Some(Ok(end)),
+                    Err(e) => {
+                        s.failed[table] = true;
+                        Some(Err(e))
+                    }
+                }
+            };
+            match publish {
+                Some(Ok(end)) => job.ready.publish(end),
+                Some(Err(e)) => job.ready.fail(e),
+                None => {}
+            }
+        }
+        self.try_schedule();
+    }
+
+    /// A read-ahead or warm-up batch of `table` is done.
+    fn side_batch_done(self: &Arc<Self>, table: usize, kind: Kind, start: u32, result: Result<()>) {
+        let mut s = lock(&self.sched);
+        if result.is_err() {
+            // Nobody waits on these: stop them; the ring batch that needs a
+            // row reads it again and reports the error.
+            match kind {
+                Kind::Ahead => s.ahead[table] = self.plan.tokens,
+                _ => s.warm[table] = self.plan.tokens,
+            }
+        }
+        s.leave(table, kind, start);
+        drop(s);
         self.try_schedule();
     }
 
@@ -408,17 +524,29 @@ impl Task for ChunkTask {
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             core.pool.faults.hit(PanicSite::Prefill, table);
             let job = &core.jobs[table];
-            let result = if job.ready.is_cancelled() {
-                Err(Error::Cancelled)
-            } else if kind == Kind::Ahead {
-                job.read_ahead(start, end, priority).map(|()| end)
-            } else if kind == Kind::Warm {
-                job.warm(start, end).map(|()| end)
-            } else {
-                job.read_range(start, end, Phase::Prefill, priority)
-                    .map(|()| end)
-            };
-            core.finish_batch(table, kind, result);
+            let cancelled = job.ready.is_cancelled();
+            match kind {
+                Kind::Ring => {
+                    let read = if cancelled {
+                        Err(Error::Cancelled)
+                    } else {
+                        job.begin_batch(start, end, Phase::Prefill, priority, |mine| {
+                            core.trade_rows(table, start, mine)
+                        })
+                    };
+                    core.ring_batch_read(table, start, read);
+                }
+                _ => {
+                    let result = if cancelled {
+                        Err(Error::Cancelled)
+                    } else if kind == Kind::Ahead {
+                        job.read_ahead(start, end, priority)
+                    } else {
+                        job.warm(start, end)
+                    };
+                    core.side_batch_done(table, kind, start, result);
+                }
+            }
         }));
         if let Err(panic) = outcome {
             core.break_down(table, &panic_message(&*panic));
@@ -430,8 +558,7 @@ impl Task for ChunkTask {
         {
             let mut s = lock(&core.sched);
             s.stopped = true;
-            s.busy[self.table] = false;
-            s.in_flight -= 1;
+            s.leave(self.table, self.kind, self.start);
         }
         for job in &core.jobs {
             job.ready.cancel();
