@@ -184,10 +184,6 @@ impl ReadBatch {
     }
 }
 
-/// What [`TableJob::begin_batch`] learns of an earlier batch of the table
-/// in flight: its tokens, and its distinct row ids (sorted) once it has
-/// hashed them.
-pub(super) type EarlierBatch = (u32, u32, Option<Arc<[u32]>>);
 impl TableJob {
     /// The reader state of `table` for the prefill `setup` describes.
     pub(super) fn new(setup: &PrefillSetup<'_>, table: usize) -> TableJob {
@@ -273,7 +269,7 @@ impl TableJob {
         phase: Phase,
         priority: Priority,
     ) -> Result<()> {
-        let batch = self.begin_batch(start, end, phase, priority, |_| Vec::new())?;
+        let batch = self.begin_batch(start, end, phase, priority, Vec::new)?;
         self.complete_batch(batch)
     }
 
@@ -285,10 +281,10 @@ impl TableJob {
     /// that batch has kept them: a row two batches in flight share is read
     /// once.
     ///
-    /// `earlier` is given this batch's distinct rows (sorted, for later
-    /// batches to check theirs against) and returns the earlier batches in
-    /// flight; one that has not hashed its rows yet is hashed here. It is
-    /// called only with a store.
+    /// `earlier` says the tokens of the earlier batches of the table in
+    /// flight (called only with a store); their rows are hashed here, by
+    /// the later batch, whose reads wait behind theirs anyway, so a batch
+    /// with none in flight behind it pays nothing for this.
     ///
     /// Caller guarantees: no consumer view covers the slots of
     /// `start..end` (`end <= released + ring_tokens` and `start >= ready`),
@@ -299,7 +295,7 @@ impl TableJob {
         end: u32,
         phase: Phase,
         priority: Priority,
-        earlier: impl FnOnce(Arc<[u32]>) -> Vec<EarlierBatch>,
+        earlier: impl FnOnce() -> Vec<(u32, u32)>,
     ) -> Result<ReadBatch> {
         let ctx = self.read_ctx(phase, priority);
         let rows = self.row_ids(start, end);
@@ -324,9 +320,9 @@ impl TableJob {
             batch.scratch = scratch;
             return Ok(batch);
         };
-        let earlier: Vec<Arc<[u32]>> = earlier(distinct(rows.clone()))
+        let earlier: Vec<Vec<u32>> = earlier()
             .into_iter()
-            .map(|(from, to, set)| set.unwrap_or_else(|| distinct(self.row_ids(from, to))))
+            .map(|(from, to)| distinct(self.row_ids(from, to)))
             .collect();
         {
             let store = lock(store);
@@ -602,10 +598,10 @@ impl TableJob {
 }
 
 /// The distinct values of `rows`, sorted.
-fn distinct(mut rows: Vec<u32>) -> Arc<[u32]> {
+fn distinct(mut rows: Vec<u32>) -> Vec<u32> {
     rows.sort_unstable();
     rows.dedup();
-    rows.into()
+    rows
 }
 
 /// Two lists of (ascending positions, their `row_bytes`-byte rows) merged

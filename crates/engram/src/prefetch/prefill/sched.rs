@@ -11,7 +11,7 @@ use super::super::pool::{Parked, PoolShared, Task};
 use super::super::ready::InFlight;
 use super::super::source::Priority;
 use super::super::sync::{lock_std as lock, CacheLine};
-use super::job::{EarlierBatch, ReadBatch, TableJob};
+use super::job::{ReadBatch, TableJob};
 use super::Plan;
 use crate::prefetch::PrefillOrder;
 use crate::stats::Phase;
@@ -59,9 +59,6 @@ struct Queued {
     start: u32,
     end: u32,
     priority: Priority,
-    /// A ring batch's distinct row ids, once it has hashed them: a later
-    /// batch of the table leaves the rows they share to the store.
-    rows: Option<Arc<[u32]>>,
     /// A ring batch whose reads are done while an earlier one of its table
     /// is still in flight: that one completes it after itself.
     read: Option<Result<ReadBatch>>,
@@ -326,7 +323,6 @@ impl PrefillCore {
                     start,
                     end,
                     priority,
-                    rows: None,
                     read: None,
                 });
                 self.flight.enter();
@@ -372,20 +368,15 @@ impl PrefillCore {
                     .all(|t| t == table || s.failed[t] || s.next[t] >= self.plan.tokens))
     }
 
-    /// For a ring batch of `table` starting at `start` that has hashed its
-    /// distinct rows (`mine`): records them and returns the earlier ring
-    /// batches of the table in flight.
-    fn trade_rows(&self, table: usize, start: u32, mine: Arc<[u32]>) -> Vec<EarlierBatch> {
-        let mut s = lock(&self.sched);
-        let mut earlier = Vec::new();
-        for q in s.lanes[table].iter_mut() {
-            if q.start == start {
-                q.rows = Some(mine);
-                break;
-            }
-            earlier.push((q.start, q.end, q.rows.clone()));
-        }
-        earlier
+    /// The tokens of the ring batches of `table` in flight before the one
+    /// starting at `start`.
+    fn earlier_batches(&self, table: usize, start: u32) -> Vec<(u32, u32)> {
+        let s = lock(&self.sched);
+        s.lanes[table]
+            .iter()
+            .take_while(|q| q.start != start)
+            .map(|q| (q.start, q.end))
+            .collect()
     }
 
     /// A ring batch of `table` starting at `start` has done its reads
@@ -530,8 +521,8 @@ impl Task for ChunkTask {
                     let read = if cancelled {
                         Err(Error::Cancelled)
                     } else {
-                        job.begin_batch(start, end, Phase::Prefill, priority, |mine| {
-                            core.trade_rows(table, start, mine)
+                        job.begin_batch(start, end, Phase::Prefill, priority, || {
+                            core.earlier_batches(table, start)
                         })
                     };
                     core.ring_batch_read(table, start, read);
