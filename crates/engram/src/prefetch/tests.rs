@@ -588,3 +588,82 @@ fn a_one_table_model_reads_two_batches_at_once_and_each_row_once() {
         .load(std::sync::atomic::Ordering::SeqCst);
     assert!(most >= 2, "at most {most} prefill read in flight");
 }
+
+/// A one-table model whose batch fails while the next one of the table is
+/// in flight: every wait before the failed batch returns its rows, the
+/// first wait that needs a row of it ends with the read error, and nothing
+/// past it is ever returned (the later batch, read meanwhile, is not
+/// published over the failed one). Two adjacent batches fail in turn, as
+/// every other batch is read beside the one after it.
+#[test]
+fn a_failed_batch_of_one_table_is_not_covered_by_the_next_one() {
+    let layout = crate::layout::preset(crate::layout::preset::QWEN3_8_FLASH_NEXT, 65536).unwrap();
+    // Repeating, with a token of its own every 10: rows used once in
+    // every batch.
+    let tokens: Vec<u32> = (0..240u32)
+        .map(|i| if i % 10 == 3 { 1000 + i } else { (i * 7 + i / 29) % 23 + 5 })
+        .collect();
+    let (ids, cols) = {
+        let engine = Engine::new(
+            Arc::new(MemSource::for_layout(&layout)),
+            layout.clone(),
+            small_prefetch(),
+        )
+        .unwrap();
+        let seq = engine.sequence();
+        (seq.row_ids(&tokens, None).unwrap(), seq.rows_per_token())
+    };
+    let ids = Arc::new(ids);
+    // Batches: 0..4, then multiples of 12.
+    for batch_start in [96u32, 108] {
+        // A row needed once, inside the batch: the batch after it does not
+        // need it (so that one reads without error).
+        let uses = |row: u32| ids.iter().filter(|&&r| r == row).count();
+        let at = (batch_start as usize * cols..(batch_start as usize + 12) * cols)
+            .find(|&i| uses(ids[i]) == 1)
+            .expect("a row used once");
+        let source = Arc::new(MemSource {
+            delay: Some(Duration::from_millis(2)),
+            fail_row: Some((0, u64::from(ids[at]))),
+            ..MemSource::for_layout(&layout)
+        });
+        // A ring of 128 tokens: ring room never holds a batch back.
+        let config = PrefetchConfig {
+            read_batch_tokens: 12,
+            ring_chunks: 8,
+            reuse_bytes: 1 << 20,
+            warm_page_cache: false,
+            ..small_prefetch()
+        };
+        let engine = Engine::new(source, layout.clone(), config).unwrap();
+        let (ids, tokens) = (ids.clone(), tokens.clone());
+        within(LIMIT, move || {
+            let mut seq = engine.sequence();
+            let mut prefill = seq.prefill(&tokens, None).unwrap();
+            for upto in (4..=240).step_by(4) {
+                if upto == batch_start + 4 {
+                    // The consumer reaches the failed batch only once the
+                    // readers are done with it and the batch after it.
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                match prefill.wait(0, upto) {
+                    Ok(view) => {
+                        assert!(upto <= batch_start, "tokens up to {upto} returned");
+                        let from = view.first_token() as usize;
+                        let want: Vec<u8> = ids[from * cols..upto as usize * cols]
+                            .iter()
+                            .flat_map(|&r| row_bytes_of(0, u64::from(r)))
+                            .collect();
+                        assert!(view.to_vec() == want, "tokens {from}..{upto}");
+                    }
+                    Err(e) => {
+                        assert!(upto > batch_start, "wait up to {upto}: {e}");
+                        assert!(matches!(e, Error::RowRead { .. }), "{e}");
+                        break;
+                    }
+                }
+            }
+            assert!(prefill.wait(0, 240).is_err(), "a later wait returned rows");
+        });
+    }
+}
