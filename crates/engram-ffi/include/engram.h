@@ -208,9 +208,9 @@ typedef struct engram_options {
   // One of the `ENGRAM_READERS_*` values: the scheduling class of every
   // reader thread (default `ENGRAM_READERS_NORMAL`; ENGRAM_READERS).
   uint32_t readers;
-  // Prefill read batches in flight at once, at most one per table
-  // (default 2: the most urgent first, the others with the depth it
-  // leaves free).
+  // Prefill read batches in flight at once (default 2: the most urgent
+  // first, the others with the depth it leaves free): one per table while
+  // several tables have ring batches left, else consecutive batches of one.
   uint32_t prefill_batches_in_flight;
   // Bytes per table of a prefill's reuse store (default 16 MiB; 0: no
   // whole-prompt dedup; ENGRAM_REUSE_MIB).

@@ -142,9 +142,9 @@ pub struct engram_options {
     /// One of the `ENGRAM_READERS_*` values: the scheduling class of every
     /// reader thread (default `ENGRAM_READERS_NORMAL`; ENGRAM_READERS).
     pub readers: u32,
-    /// Prefill read batches in flight at once, at most one per table
-    /// (default 2: the most urgent first, the others with the depth it
-    /// leaves free).
+    /// Prefill read batches in flight at once (default 2: the most urgent
+    /// first, the others with the depth it leaves free): one per table while
+    /// several tables have ring batches left, else consecutive batches of one.
     pub prefill_batches_in_flight: u32,
     /// Bytes per table of a prefill's reuse store (default 16 MiB; 0: no
     /// whole-prompt dedup; ENGRAM_REUSE_MIB).
