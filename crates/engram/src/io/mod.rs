@@ -77,7 +77,9 @@ pub enum Priority {
     /// and kept by a row cache as [`Priority::Prefill`] rows are. So a
     /// second batch keeps the device's queue full through the first one's
     /// tail and the gap before the next, without taking the device from
-    /// the rows needed first (reads in deadline order).
+    /// the rows needed first (reads in deadline order). A source serves
+    /// these batches in the order they came: a prefill queues a table's
+    /// consecutive batches at this priority, the earlier needed first.
     PrefillLater,
 }
 

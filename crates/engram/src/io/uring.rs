@@ -2,9 +2,10 @@
 //! kept as full as the work allows.
 //!
 //! Callers hand a batch to the ring thread and block until it replies. The
-//! thread interleaves every active batch (two tables read concurrently
-//! share the ring), fills the submission queue up to its depth, serves
-//! demand batches first and caps hint batches at a quarter of the depth,
+//! thread keeps every active batch in one ring (two tables read
+//! concurrently share it), fills the submission queue up to its depth,
+//! serves demand batches first, one priority's batches in the order they
+//! came, and caps hint batches at a quarter of the depth,
 //! continues short reads from where they stopped, retries `EINTR`/`EAGAIN`
 //! and turns any other completion error into the batch's error. A batch is
 //! answered only when none of its reads is still in the kernel.
@@ -248,6 +249,11 @@ struct RingLoop {
     order: ReadOrder,
     hint_cap: usize,
     slots: Vec<Option<Active>>,
+    /// The occupied slots, in the order their batches came: one
+    /// priority's batches are served first come, first served, as the
+    /// pread pool's queue serves them (a later batch may hold a lower
+    /// slot).
+    arrivals: Vec<usize>,
     in_flight: usize,
     hint_in_flight: usize,
     closed: bool,
@@ -269,6 +275,7 @@ impl RingLoop {
             order,
             hint_cap: (depth / 4).max(1),
             slots: Vec::new(),
+            arrivals: Vec::new(),
             in_flight: 0,
             hint_in_flight: 0,
             closed: false,
@@ -333,17 +340,26 @@ impl RingLoop {
             latencies_ns: Vec::with_capacity(n),
             failure: None,
         };
-        match self.slots.iter().position(Option::is_none) {
-            Some(i) => self.slots[i] = Some(active),
-            None => self.slots.push(Some(active)),
-        }
+        let slot = match self.slots.iter().position(Option::is_none) {
+            Some(i) => {
+                self.slots[i] = Some(active);
+                i
+            }
+            None => {
+                self.slots.push(Some(active));
+                self.slots.len() - 1
+            }
+        };
+        self.arrivals.push(slot);
     }
 
     /// Pushes reads until the queue holds `depth`: demand batches first,
-    /// then later prefill batches, then hints (at most `hint_cap`).
+    /// then later prefill batches, then hints (at most `hint_cap`); within
+    /// a priority, the batches in the order they came.
     fn fill(&mut self) {
         for priority in [Priority::Demand, Priority::PrefillLater, Priority::Hint] {
-            for slot in 0..self.slots.len() {
+            for at in 0..self.arrivals.len() {
+                let slot = self.arrivals[at];
                 while self.in_flight < self.depth {
                     if priority == Priority::Hint && self.hint_in_flight >= self.hint_cap {
                         break;
@@ -462,8 +478,9 @@ impl RingLoop {
 
     /// Replies to every batch with nothing left in flight or to do.
     fn answer_finished(&mut self) {
-        for slot in &mut self.slots {
+        for (index, slot) in self.slots.iter_mut().enumerate() {
             if slot.as_ref().is_some_and(Active::finished) {
+                self.arrivals.retain(|&s| s != index);
                 if let Some(active) = slot.take() {
                     let _ = active.sub.reply.send(Completed {
                         buf: Some(active.sub.buf),
@@ -479,6 +496,7 @@ impl RingLoop {
     /// every batch. Buffers with reads still in the kernel are leaked, not
     /// freed.
     fn break_down(&mut self, error: io::Error) {
+        self.arrivals.clear();
         for active in self.slots.iter_mut().filter_map(Option::take) {
             let Active {
                 sub,
@@ -527,6 +545,65 @@ impl Drop for RingLoop {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// A batch of one page read from `fd`, at `priority`.
+    fn page_batch(fd_index: usize, priority: Priority) -> (Submission, Receiver<Completed>) {
+        let mut buf = BounceBuf::zeroed(PAGE as usize).unwrap();
+        let base = buf.as_mut_ptr();
+        let (reply, replies) = crossbeam_channel::bounded(1);
+        let sub = Submission {
+            ops: vec![ReadOp {
+                file: fd_index,
+                offset: 0,
+                len: PAGE as usize,
+                need: PAGE as usize,
+                buf_off: 0,
+            }],
+            buf,
+            base,
+            priority,
+            reply,
+        };
+        (sub, replies)
+    }
+
+    #[test]
+    fn a_priority_s_batches_are_served_in_the_order_they_came() {
+        let ring = match setup_ring(4) {
+            Ok(ring) => ring,
+            Err(e) => {
+                eprintln!("skipping: io_uring unavailable: {e}");
+                return;
+            }
+        };
+        let mut fds = [0; 2];
+        // SAFETY: a valid array of two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // Depth 1: the one read queued says which batch is served first.
+        let mut ring_loop = RingLoop::new(ring, vec![fds[0]], false, 1, ReadOrder::Spread);
+        let (first, _first_reply) = page_batch(0, Priority::PrefillLater);
+        let (second, _second_reply) = page_batch(0, Priority::PrefillLater);
+        ring_loop.add(first);
+        ring_loop.add(second);
+        // The first batch is answered (as if its read were done), and a
+        // third takes its lower slot.
+        ring_loop.slots[0] = None;
+        ring_loop.arrivals.retain(|&slot| slot != 0);
+        let (third, _third_reply) = page_batch(0, Priority::PrefillLater);
+        ring_loop.add(third);
+        ring_loop.fill();
+        let in_flight = |slot: usize| ring_loop.slots[slot].as_ref().unwrap().in_flight;
+        assert_eq!(
+            (in_flight(1), in_flight(0)),
+            (1, 0),
+            "the batch that came later was served first"
+        );
+        drop(ring_loop);
+        for fd in fds {
+            // SAFETY: descriptors this test opened.
+            unsafe { libc::close(fd) };
+        }
+    }
 
     #[test]
     fn a_ring_thread_that_stops_with_reads_in_flight_leaks_their_buffers() {
