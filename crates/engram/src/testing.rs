@@ -6,7 +6,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{LockResult, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::io::{BatchStats, Priority, RowRequest, RowSource, TableShape};
 use crate::layout::Layout;
@@ -263,15 +264,25 @@ pub struct MemSource {
     /// Added time per row of a call, as a device of fixed throughput:
     /// calls of many rows take longer, and the calls of several readers
     /// take turns (one at a time, as one device serves them). A
-    /// [`Priority::PrefillLater`] call is served a row at a time, and only
-    /// while no call of another priority holds or waits for the device
-    /// (as the file sources serve it: with the depth the others leave).
+    /// [`Priority::PrefillLater`] call is served a row at a time, only
+    /// while no call of another priority holds or waits for the device,
+    /// and only once the later calls before it are done (as the file
+    /// sources serve them: with the depth the others leave, first come,
+    /// first served).
     pub row_delay: Option<Duration>,
     /// Serializes the calls under `row_delay`.
     pub device: std::sync::Mutex<()>,
     /// Calls other than [`Priority::PrefillLater`] holding or waiting for
     /// `device`: a later call yields to them.
-    pub urgent: AtomicUsize,
+    pub urgent: std::sync::Mutex<usize>,
+    /// Signalled as `urgent` changes: a later call holding the device lets
+    /// it go, one waiting for it takes it.
+    pub urgent_changed: std::sync::Condvar,
+    /// The [`Priority::PrefillLater`] calls under `row_delay`: tickets
+    /// handed out and the ticket served now.
+    pub later_turn: std::sync::Mutex<(u64, u64)>,
+    /// Signalled as each later call ends, for the one after it.
+    pub later_done: std::sync::Condvar,
     /// Rows served at [`Priority::PrefillLater`] so far, counted as each
     /// is served (not at the end of its call).
     pub later_rows: AtomicUsize,
@@ -283,6 +294,8 @@ pub struct MemSource {
     /// Prefill read calls running now, and the most that ever ran at once.
     pub prefill_calls_running: AtomicUsize,
     pub most_prefill_calls_running: AtomicUsize,
+    /// Prefill read calls that began while another one was running.
+    pub prefill_calls_begun_beside_another: AtomicUsize,
     /// Read calls at [`Priority::Hint`] so far.
     pub hint_calls: AtomicUsize,
     /// Rows read at [`Priority::Warm`] so far, per table (two tables).
@@ -322,34 +335,71 @@ impl MemSource {
     }
 }
 
+/// A lock or wait's guard, poisoned or not: a test thread that panicked
+/// while holding it left nothing half-written that matters here.
+fn relock<T>(result: LockResult<T>) -> T {
+    result.unwrap_or_else(PoisonError::into_inner)
+}
+
 impl MemSource {
-    /// Holds the device for `rows` rows of `per_row` each: a
-    /// [`Priority::PrefillLater`] call a row at a time, each only while no
-    /// other call holds or waits for the device; any other call at once.
+    /// Holds the device for `rows` rows of `per_row` each: any call but a
+    /// [`Priority::PrefillLater`] one at once; a later call once the later
+    /// calls before it are done, and only while no other call holds or
+    /// waits for the device (one that comes takes the device at once, and
+    /// the later call goes on after it).
+    ///
+    /// The later call's time is kept by the clock, not by a sleep a row:
+    /// a sleep of microseconds takes tens, which would make later rows
+    /// many times slower than the others.
     fn serve(&self, priority: Priority, rows: usize, per_row: Duration) {
-        let lock = || self.device.lock().unwrap_or_else(|p| p.into_inner());
+        let busy = per_row * rows as u32;
         if priority != Priority::PrefillLater {
-            self.urgent.fetch_add(1, Ordering::SeqCst);
-            let device = lock();
-            std::thread::sleep(per_row * rows as u32);
+            *relock(self.urgent.lock()) += 1;
+            self.urgent_changed.notify_all();
+            let device = relock(self.device.lock());
+            std::thread::sleep(busy);
             drop(device);
-            self.urgent.fetch_sub(1, Ordering::SeqCst);
+            *relock(self.urgent.lock()) -= 1;
+            self.urgent_changed.notify_all();
             return;
         }
-        let mut left = rows;
-        while left > 0 {
-            if self.urgent.load(Ordering::SeqCst) > 0 {
-                std::thread::yield_now();
-                continue;
-            }
-            let device = lock();
-            if self.urgent.load(Ordering::SeqCst) == 0 {
-                std::thread::sleep(per_row);
-                left -= 1;
-                self.later_rows.fetch_add(1, Ordering::Relaxed);
-            }
-            drop(device);
+        let ticket = {
+            let mut turn = relock(self.later_turn.lock());
+            turn.0 += 1;
+            turn.0 - 1
+        };
+        let mut turn = relock(self.later_turn.lock());
+        while turn.1 != ticket {
+            turn = relock(self.later_done.wait(turn));
         }
+        drop(turn);
+        let (mut served, mut counted) = (Duration::ZERO, 0);
+        while served < busy {
+            let mut urgent = relock(self.urgent.lock());
+            while *urgent > 0 {
+                urgent = relock(self.urgent_changed.wait(urgent));
+            }
+            // Lock order: `device`, then `urgent`; an urgent call never
+            // holds `urgent` while it waits for `device`.
+            drop(urgent);
+            let device = relock(self.device.lock());
+            let mut urgent = relock(self.urgent.lock());
+            let began = Instant::now();
+            while *urgent == 0 && served + began.elapsed() < busy {
+                let left = busy - served - began.elapsed();
+                urgent = relock(self.urgent_changed.wait_timeout(urgent, left)).0;
+            }
+            served += began.elapsed();
+            drop(urgent);
+            drop(device);
+            let rows_served = ((served.as_nanos() / per_row.as_nanos().max(1)) as usize).min(rows);
+            self.later_rows
+                .fetch_add(rows_served - counted, Ordering::Relaxed);
+            counted = rows_served;
+        }
+        self.later_rows.fetch_add(rows - counted, Ordering::Relaxed);
+        relock(self.later_turn.lock()).1 += 1;
+        self.later_done.notify_all();
     }
 }
 
@@ -400,6 +450,10 @@ impl RowSource for MemSource {
             let running = self.prefill_calls_running.fetch_add(1, Ordering::SeqCst) + 1;
             self.most_prefill_calls_running
                 .fetch_max(running, Ordering::SeqCst);
+            if running > 1 {
+                self.prefill_calls_begun_beside_another
+                    .fetch_add(1, Ordering::SeqCst);
+            }
         }
         if let Some(d) = self.delay {
             std::thread::sleep(d); // stands in for device latency
