@@ -589,12 +589,65 @@ fn a_one_table_model_reads_two_batches_at_once_and_each_row_once() {
     assert!(most >= 2, "at most {most} prefill read in flight");
 }
 
+/// A one-table model reads each batch after the first beside the one before
+/// it, on a device that serves one call at a time: the second batch in
+/// flight is read behind the first, and once the first completes the next
+/// is added behind the second, so the device is never left idle by one
+/// batch's bookkeeping (before, a batch was added only behind one read
+/// first, and every other batch began alone).
+#[test]
+fn a_one_table_model_reads_every_batch_beside_the_one_before_it() {
+    use std::sync::atomic::Ordering;
+    let layout = crate::layout::preset(crate::layout::preset::QWEN3_8_FLASH_NEXT, 65536).unwrap();
+    let source = Arc::new(MemSource {
+        // About 4 ms a batch of 12 tokens.
+        row_delay: Some(Duration::from_micros(20)),
+        ..MemSource::for_layout(&layout)
+    });
+    // A ring of 256 tokens holds the whole prompt: ring room never holds a
+    // batch back.
+    let config = PrefetchConfig {
+        read_batch_tokens: 12,
+        ring_chunks: 16,
+        reuse_bytes: 1 << 20,
+        warm_page_cache: false,
+        ..small_prefetch()
+    };
+    let engine = Engine::new(source.clone(), layout, config).unwrap();
+    let probe = source.clone();
+    within(LIMIT, move || {
+        let mut seq = engine.sequence();
+        let tokens: Vec<u32> = (0..240u32).map(|i| i * 13 + 5).collect();
+        let (cols, ids) = (seq.rows_per_token(), seq.row_ids(&tokens, None).unwrap());
+        let mut prefill = seq.prefill(&tokens, None).unwrap();
+        for upto in (8..=240).step_by(8) {
+            let view = prefill.wait(0, upto).unwrap();
+            let from = view.first_token() as usize;
+            let want: Vec<u8> = ids[from * cols..upto as usize * cols]
+                .iter()
+                .flat_map(|&row| row_bytes_of(0, u64::from(row)))
+                .collect();
+            assert!(view.to_vec() == want, "tokens {from}..{upto}");
+        }
+    });
+    let calls = lock(&probe.prefill_log).len();
+    let beside = probe
+        .prefill_calls_begun_beside_another
+        .load(Ordering::SeqCst);
+    assert!(calls >= 20, "{calls} prefill calls");
+    // Allowing for a batch whose call ended before the one after it began
+    // (a reader thread descheduled on a loaded machine).
+    assert!(
+        beside * 4 >= (calls - 1) * 3,
+        "{beside} of {calls} prefill calls began beside another"
+    );
+}
+
 /// A one-table model whose batch fails while the next one of the table is
 /// in flight: every wait before the failed batch returns its rows, the
 /// first wait that needs a row of it ends with the read error, and nothing
 /// past it is ever returned (the later batch, read meanwhile, is not
-/// published over the failed one). Two adjacent batches fail in turn, as
-/// every other batch is read beside the one after it.
+/// published over the failed one). Two adjacent batches fail in turn.
 #[test]
 fn a_failed_batch_of_one_table_is_not_covered_by_the_next_one() {
     let layout = crate::layout::preset(crate::layout::preset::QWEN3_8_FLASH_NEXT, 65536).unwrap();

@@ -29,17 +29,19 @@
 //! (default 2) and picks the next by [`PrefillCore::rank`]: one per table
 //! while another table has ring batches left to schedule; after that (and
 //! always for a one-table model) a table reads its next ring batch while
-//! its last one is in flight, so one batch's bookkeeping (store lookups,
-//! keeping rows for reuse) overlaps another's reads. A table's batches are
+//! its last one is in flight (unless that one is read early, ahead of a
+//! lower table's layer), so one batch's bookkeeping (store lookups,
+//! keeping rows for reuse) overlaps another's reads, batch after batch. A table's batches are
 //! completed and published in token order: a batch whose reads end first
 //! is completed by the earlier one after itself, and a row two batches in
 //! flight share is read by the earlier one only; the later takes it from
-//! the store once the earlier has kept it ([`job::TableJob::begin_batch`]). The most urgent in flight
-//! is read at [`Priority::Prefill`]; one that ranks after it, or belongs to
-//! a table whose layer comes after one with rows still to deliver, at
-//! [`Priority::PrefillLater`], which the source serves only with the depth
-//! the others leave: reads reach the device in deadline order, and its
-//! queue stays full between the urgent table's batches (and while that
+//! the store once the earlier has kept it ([`job::TableJob::begin_batch`]).
+//! The most urgent in flight is read at [`Priority::Prefill`]; one that
+//! ranks after it, or belongs to a table whose layer comes after one with
+//! rows still to deliver, at [`Priority::PrefillLater`], which the source
+//! serves only with the depth the others leave, one priority's batches
+//! first come, first served: reads reach the device in deadline order, and
+//! its queue stays full between the urgent table's batches (and while that
 //! table's ring is full) with the next table's reads. The rank: a table
 //! a consumer is blocked on; then a table whose consumer has waited before
 //! and whose reader is less than one ring chunk ahead of it (earliest

@@ -58,7 +58,9 @@ struct Queued {
     kind: Kind,
     start: u32,
     end: u32,
-    priority: Priority,
+    /// Read ahead of a lower table's layer, before the consumer reached
+    /// this table (see [`PrefillCore::may_add`]).
+    early: bool,
     /// A ring batch whose reads are done while an earlier one of its table
     /// is still in flight: that one completes it after itself.
     read: Option<Result<ReadBatch>>,
@@ -322,7 +324,7 @@ impl PrefillCore {
                     kind,
                     start,
                     end,
-                    priority,
+                    early,
                     read: None,
                 });
                 self.flight.enter();
@@ -346,10 +348,12 @@ impl PrefillCore {
     }
 
     /// Whether `table` may take another batch: it has none in flight, or
-    /// only ring batches, the first of them read first
-    /// ([`Priority::Prefill`]: the second is read behind it, with the depth
-    /// it leaves, instead of splitting the device with it), and every other
-    /// table has all of its ring batches scheduled.
+    /// only ring batches, the first of them not read early (ahead of a
+    /// lower table's layer), and every other table has all of its ring
+    /// batches scheduled. The batch added is read behind those in flight
+    /// ([`Priority::PrefillLater`]): with the depth they leave, and after
+    /// them, as the sources serve one priority's batches in the order they
+    /// came.
     ///
     /// Why a second batch of one table: a batch's bookkeeping before and
     /// after its reads (the store's lookups, hashing, keeping rows for
@@ -358,12 +362,15 @@ impl PrefillCore {
     /// 8K prefill on the H200 host went outside any batch's reads
     /// (docs/log/2026-12-04-floor.md). Why only once the other tables are
     /// scheduled: until then their batches fill those gaps, and a second
-    /// batch would hold back a table whose layer comes later.
+    /// batch would hold back a table whose layer comes later. Why not
+    /// behind an early batch: that one is read only with the depth a lower
+    /// table leaves, and a batch queued behind it would take that depth
+    /// too, for tokens needed later still.
     fn may_add(&self, s: &Sched, table: usize) -> bool {
         let lane = &s.lanes[table];
         lane.is_empty()
             || (lane.iter().all(|q| q.kind == Kind::Ring)
-                && lane.front().is_some_and(|q| q.priority == Priority::Prefill)
+                && lane.front().is_some_and(|q| !q.early)
                 && (0..self.jobs.len())
                     .all(|t| t == table || s.failed[t] || s.next[t] >= self.plan.tokens))
     }
