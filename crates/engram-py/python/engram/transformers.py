@@ -375,7 +375,10 @@ class Attachment:
     def _device_rows(self, device: torch.device, tokens: int) -> _et.DeviceRows:
         rows = self._devices.get(device)
         if rows is None:
-            rows = _et.DeviceRows(self.engine, device, tokens=tokens)
+            # On the model's own stream: the copy is needed right after the
+            # kernels queued before it, so a side stream would order it the
+            # same way, for five more stream and event calls a lookup.
+            rows = _et.DeviceRows(self.engine, device, tokens=tokens, side_stream=False)
             self._devices[device] = rows
         return rows
 
