@@ -20,7 +20,11 @@
 # transformers==5.23.0 safetensors pytest); torch and numpy come from the
 # host. Results: $OUT/transformers.tgz. TEST_TIMEOUT and BENCH_TIMEOUT (seconds,
 # default 300 and 330) bound the two parts, to fit one device call;
-# TEST_SELECT, a pytest -k expression, runs some of the tests.
+# TEST_SELECT, a pytest -k expression, runs some of the tests; TESTS=0 skips
+# them. Each round runs every arm once, in reversed order every other round,
+# and the engine's tok/s is also given against the stock model's of the same
+# round (median, min-max). PROFILE=1 adds a cProfile of the attachment's
+# calls over 32 decode steps ($OUT's profile.txt).
 set -euo pipefail
 wheels=${1:?usage: device-transformers.sh WHEEL_DIR}
 final=${OUT:?set OUT to the directory the results go to}
@@ -43,7 +47,7 @@ py=python3
 "$py" -c "import torch, transformers, engram; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)" | tee "$out/versions.txt"
 
 stamp "bit-exact tests"
-(cd crates/engram-py/tests && timeout "${TEST_TIMEOUT:-300}" "$py" -m pytest -q -p no:cacheprovider --tb=short --show-capture=no ${TEST_SELECT:+-k "$TEST_SELECT"} test_transformers.py 2>&1 | tail -40) | tee "$out/tests.txt" || true
+[ "${TESTS:-1}" = 0 ] || (cd crates/engram-py/tests && timeout "${TEST_TIMEOUT:-300}" "$py" -m pytest -q -p no:cacheprovider --tb=short --show-capture=no ${TEST_SELECT:+-k "$TEST_SELECT"} test_transformers.py 2>&1 | tail -40) | tee "$out/tests.txt" || true
 
 stamp "bench"
 timeout "${BENCH_TIMEOUT:-330}" "$py" - "$work/model" "$out" <<'PY' 2>&1 | tee "$out/bench.txt" || true
@@ -111,24 +115,49 @@ def drop_cache():
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
 
+# The host time the engine adds: every call of the attachment's layer-0
+# hook (`_start`: the ids to the CPU, the reads begun) and of its lookup at
+# the PLE layer (`_rows`: the wait and the copy to the GPU), by whether the
+# forward was a decode step (one token a row) or a prefill.
+hook_s = {"decode": [], "prefill": []}
+def clocked(name, decode_of):
+    inner = getattr(et.Attachment, name)
+    def call(self, *args, **kwargs):
+        before, t0 = self._forward, time.perf_counter()
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            fw = decode_of(before, self._forward)
+            hook_s["decode" if fw is not None and fw.tokens == 1 else "prefill"].append(
+                (name, time.perf_counter() - t0))
+    setattr(et.Attachment, name, call)
+# `_start` sets the forward; `_rows` runs inside it (and may end it).
+clocked("_start", lambda before, after: after)
+clocked("_rows", lambda before, after: before)
+
 results = {"layers": layers, "prompt": prompt_len, "new_tokens": new, "rounds": rounds,
            "table_rows": table.shape[0], "arms": {}}
 timed(model)  # warm-up (kernels, allocator)
 want = None
 arms = {"stock": [], "engram-warm": [], "engram-cold": []}
 engine = engram.open(root, format="raw")
+# Every round runs each arm once, the order reversed in every other round
+# (stock first, then stock last), so a drift of the host's speed within a
+# round weighs on both sides alike; the ratios are taken within a round.
 for r in range(rounds):
-    p, tps, seq = timed(model)
-    arms["stock"].append((p, tps))
-    want = seq if want is None else want
-    for arm in ("engram-warm", "engram-cold"):
-        if arm == "engram-cold":
-            drop_cache()
-        with et.attach(model, engine):
+    order = ["stock", "engram-warm", "engram-cold"]
+    for arm in order if r % 2 == 0 else order[::-1]:
+        if arm == "stock":
             p, tps, seq = timed(model)
+        else:
+            if arm == "engram-cold":
+                drop_cache()
+            with et.attach(model, engine):
+                p, tps, seq = timed(model)
         arms[arm].append((p, tps))
+        want = seq if want is None else want
         if not torch.equal(seq, want):
-            print(f"{arm}: generated tokens differ from the stock model's")
+            print(f"{arm}: generated tokens differ from the first run's")
 for arm, runs in arms.items():
     tps = [x[1] for x in runs]; pre = [x[0] * 1000 for x in runs]
     results["arms"][arm] = {"decode_tok_s": tps, "decode_tok_s_median": statistics.median(tps),
@@ -137,7 +166,36 @@ for arm, runs in arms.items():
           f"prefill {prompt_len} tokens {statistics.median(pre):.1f} ms (min {min(pre):.1f}, max {max(pre):.1f})")
 s = results["arms"]["stock"]["decode_tok_s_median"]
 for arm in ("engram-warm", "engram-cold"):
-    print(f"{arm} / stock decode: {results['arms'][arm]['decode_tok_s_median'] / s:.4f}")
+    ratios = [a[1] / b[1] for a, b in zip(arms[arm], arms["stock"])]
+    results["arms"][arm]["decode_of_stock_by_round"] = ratios
+    print(f"{arm} / stock decode: {results['arms'][arm]['decode_tok_s_median'] / s:.4f} of medians; "
+          f"by round {statistics.median(ratios):.4f} (min {min(ratios):.4f}, max {max(ratios):.4f}, "
+          f"{len(ratios)} rounds)")
+steps = sum(1 for name, _ in hook_s["decode"] if name == "_start")
+if steps:
+    per = {name: sum(d for n, d in hook_s["decode"] if n == name) / steps * 1e6 for name in ("_start", "_rows")}
+    step_ms = 1000 / s
+    added = sum(per.values())
+    results["engine_host_us_per_decode_step"] = per
+    print(f"engine host time a decode step: {added:.1f} us (_start {per['_start']:.1f}, _rows {per['_rows']:.1f}; "
+          f"{steps} steps) of the stock step's {step_ms:.2f} ms: decode at least {1 - added / 1000 / step_ms:.4f} of stock")
+if os.environ.get("PROFILE") == "1":
+    # Where the attachment's host time goes: 32 decode steps under cProfile.
+    import cProfile, io, pstats
+    short = GenerationConfig(max_new_tokens=32, min_new_tokens=32, do_sample=False,
+                             pad_token_id=eos, eos_token_id=eos)
+    with et.attach(model, engine), torch.no_grad():
+        prof = cProfile.Profile()
+        prof.enable()
+        model.generate(input_ids=ids, attention_mask=mask, generation_config=short)
+        prof.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(prof, stream=text).sort_stats("cumulative")
+    for name in ("_start", "_begin", "_rows", "deliver", "_fill"):
+        stats.print_callees(rf"\b{name}\b")
+    with open(os.path.join(out, "profile.txt"), "w") as f:
+        f.write(text.getvalue())
+    print("\n".join(l for l in text.getvalue().splitlines() if "->" in l or "cumtime" in l or l.startswith(" " * 20))[:6000])
 results["engine_stats"] = engine.stats()
 engine.close()
 
