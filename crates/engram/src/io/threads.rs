@@ -85,6 +85,28 @@ impl ReaderSched {
     }
 }
 
+/// Puts the calling thread in the class of threads that do speculative
+/// work (the prefetch pool's hint threads), best effort: Linux
+/// `SCHED_BATCH`, whose wake-up never preempts the running thread, so the
+/// thread that queued the work keeps its core, and which still gets its
+/// fair share of a busy CPU; macOS `QOS_CLASS_UTILITY`, below the
+/// runtime's threads.
+pub(crate) fn apply_hint_class() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: a plain syscall on the calling thread (pid 0) with a
+        // valid parameter block; a refusal leaves the class as it was.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    }
+    #[cfg(target_os = "macos")]
+    {
+        // SAFETY: sets the calling thread's QoS class; no pointers. A
+        // refusal leaves the class as it was.
+        unsafe { libc::pthread_set_qos_class_self_np(libc::qos_class_t::QOS_CLASS_UTILITY, 0) };
+    }
+}
+
 /// Nice value of [`ReaderSched::Raised`] on Linux.
 #[cfg(target_os = "linux")]
 const RAISED_NICE: libc::c_int = -10;

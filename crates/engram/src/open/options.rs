@@ -163,7 +163,7 @@ options! {
     "prefetch"                 => prefetch.prefetch: "read ahead of the consumer (0: read at the wait)";
     "pipeline"                 => prefetch.pipeline: "chunked prefill pipeline (0: whole tables)";
     "batch"                    => prefetch.batch: "batched reads (0: one request per row)";
-    "workers"                  => prefetch.workers: "pool threads for prefill batches and hints";
+    "workers"                  => prefetch.workers: "pool threads for prefill batches (hints get as many, at most 2, of their own)";
     "decode_workers"           => prefetch.decode_workers: "pool threads for decode steps only";
     "readers"                  => prefetch.readers: "scheduling class of every reader thread";
     "lookup_hints"             => prefetch.lookup_hints: "prompt-lookup hints after each decode step";

@@ -154,7 +154,9 @@ pub struct PrefetchConfig {
     pub batch: bool,
     /// Row format handed to the consumer.
     pub format: RowFormat,
-    /// Pool threads serving prefill chunks and hints (default 4).
+    /// Pool threads serving prefill chunks (default 4). Hints get threads
+    /// of their own, as many as these and at most two, in a scheduling
+    /// class whose wake-up does not take the caller's core.
     pub workers: usize,
     /// Pool threads serving only decode steps, so a step never queues behind
     /// a prefill chunk (default 2: one per table).

@@ -116,6 +116,7 @@ impl Engine {
         let pool = Pool::start(
             config.workers,
             config.decode_workers,
+            pool::hint_threads(config.workers),
             config.max_queued_hints,
             config.readers,
         )

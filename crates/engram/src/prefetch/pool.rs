@@ -8,7 +8,9 @@
 //! then earlier chunks before later ones, table 0 before table 1), and costs
 //! no thread creation on the critical path of a short prompt. Decode steps
 //! get threads of their own so a step never waits behind a prefill batch;
-//! hints are served only when no demand work is queued.
+//! hints get threads of their own too, in a scheduling class whose wake-up
+//! never takes the core of the thread that queued them (the forward pass),
+//! and are served only when no demand work is queued.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -19,7 +21,7 @@ use std::time::Duration;
 
 use super::guard::PanicSwitch;
 use super::sync::lock_std as lock;
-use crate::io::threads::ReaderSched;
+use crate::io::threads::{apply_hint_class, ReaderSched};
 
 /// A unit of work for a pool thread.
 pub(crate) trait Task: Send {
@@ -89,6 +91,7 @@ pub(crate) struct PoolShared {
     queues: Mutex<Queues>,
     general: Condvar,
     decode: Condvar,
+    hint: Condvar,
     max_hints: usize,
     /// Parked jobs by owner id (see [`Parked`]). Its own lock, taken before
     /// the queues' when both are (a repoll submits tasks) and never while
@@ -113,16 +116,35 @@ type ParkedList = Vec<(u64, Weak<dyn Parked>)>;
 enum Role {
     General,
     Decode,
+    Hint,
+}
+
+/// Threads that serve hints in an engine's pool.
+///
+/// Why threads of their own: a hint is queued by the forward pass's thread
+/// (`Sequence::hint`), and the reader it wakes took that thread's core on a
+/// small machine. On 2 cores, 175 of 499 hint calls of a Qwen4-Exp decode
+/// lasted over 60 us, 172 of them with an involuntary context switch of
+/// the caller and none without (mean 50.9 us, p90 173 us;
+/// docs/log/2026-12-06-hint-threads.md). These threads run in
+/// [`apply_hint_class`]'s class, whose wake-up never preempts. As many as
+/// the general threads, at most two: a hint task hands its rows to the
+/// source, which reads them in parallel, so two candidates in flight keep
+/// the device busy between demand reads.
+pub(crate) fn hint_threads(general: usize) -> usize {
+    general.min(2)
 }
 
 impl Pool {
-    /// Starts `general` threads (decode, prefill, then hints) and `decode`
-    /// threads (decode steps only), the decode threads in the scheduling
-    /// class `readers` and the general ones in [`ReaderSched::below_realtime`]
-    /// of it.
+    /// Starts `general` threads (decode, then prefill), `decode` threads
+    /// (decode steps only) and `hint` threads (hints only, once no decode
+    /// or prefill task is queued): the decode threads in the scheduling
+    /// class `readers`, the general ones in [`ReaderSched::below_realtime`]
+    /// of it and the hint threads in [`apply_hint_class`]'s.
     pub(crate) fn start(
         general: usize,
         decode: usize,
+        hint: usize,
         max_hints: usize,
         readers: ReaderSched,
     ) -> std::io::Result<Pool> {
@@ -130,6 +152,7 @@ impl Pool {
             queues: Mutex::new(Queues::default()),
             general: Condvar::new(),
             decode: Condvar::new(),
+            hint: Condvar::new(),
             max_hints,
             parked: Mutex::new(Vec::new()),
             any_parked: AtomicBool::new(false),
@@ -140,12 +163,14 @@ impl Pool {
             threads: Vec::new(),
         };
         let roles = std::iter::repeat_n(Role::General, general)
-            .chain(std::iter::repeat_n(Role::Decode, decode));
+            .chain(std::iter::repeat_n(Role::Decode, decode))
+            .chain(std::iter::repeat_n(Role::Hint, hint));
         for (i, role) in roles.enumerate() {
             let shared = pool.shared.clone();
             let name = match role {
                 Role::General => format!("engram-read-{i}"),
                 Role::Decode => format!("engram-step-{i}"),
+                Role::Hint => format!("engram-hint-{i}"),
             };
             let handle = std::thread::Builder::new()
                 .name(name)
@@ -176,6 +201,7 @@ impl Pool {
         }
         self.shared.general.notify_all();
         self.shared.decode.notify_all();
+        self.shared.hint.notify_all();
         for handle in self.threads.drain(..) {
             // Workers catch task panics, so a join error is not expected;
             // the thread is gone either way.
@@ -244,12 +270,12 @@ impl PoolShared {
         });
         // Abandoned outside the lock, as `enqueue` does.
         displaced.into_iter().for_each(|task| task.abandon());
-        // One thread is woken here; each thread that takes a hint wakes the
+        // One hint thread is woken here; each that takes a hint wakes the
         // next while hints are left (`worker`). So the caller, the forward
         // pass's thread or a decode reader between its tables, pays for
-        // one wake-up, not one per candidate.
+        // one wake-up, not one per candidate, and keeps its core.
         if queued {
-            self.general.notify_one();
+            self.hint.notify_one();
         }
     }
 
@@ -387,23 +413,24 @@ fn take_owned(queue: &mut VecDeque<Box<dyn Task>>, owner: u64, removed: &mut Vec
 }
 
 fn next_task(q: &mut Queues, role: Role) -> Option<Box<dyn Task>> {
-    if let Some(t) = q.decode.pop_front() {
-        return Some(t);
+    match role {
+        Role::Decode => q.decode.pop_front(),
+        Role::General => q.decode.pop_front().or_else(|| {
+            let best = q
+                .demand
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, t)| t.urgency())
+                .map(|(i, _)| i)?;
+            Some(q.demand.swap_remove(best))
+        }),
+        // Hints only once no demand waits for a thread.
+        Role::Hint if q.decode.is_empty() && q.demand.is_empty() => {
+            let best = pick(&q.hints, rank_order)?;
+            q.hints.remove(best)
+        }
+        Role::Hint => None,
     }
-    if let Role::Decode = role {
-        return None;
-    }
-    let best = q
-        .demand
-        .iter()
-        .enumerate()
-        .min_by_key(|(_, t)| t.urgency())
-        .map(|(i, _)| i);
-    if let Some(i) = best {
-        return Some(q.demand.swap_remove(i));
-    }
-    let best = pick(&q.hints, rank_order)?;
-    q.hints.remove(best)
 }
 
 /// Hint `a` runs before `b` (`Less`): larger probability, then nearer
@@ -430,15 +457,21 @@ fn pick(
 
 fn worker(shared: &PoolShared, role: Role, readers: ReaderSched) {
     match role {
-        Role::Decode => readers.apply_to_current_thread(),
-        // General threads serve hints, which must never hold off a decode
-        // step's read: `SCHED_FIFO` threads of one priority do not preempt
-        // each other, so a hint read would run to its end first.
-        Role::General => readers.below_realtime().apply_to_current_thread(),
-    };
+        Role::Decode => {
+            readers.apply_to_current_thread();
+        }
+        // A prefill batch must never hold off a decode step's read:
+        // `SCHED_FIFO` threads of one priority do not preempt each other,
+        // so the batch would run to its end first.
+        Role::General => {
+            readers.below_realtime().apply_to_current_thread();
+        }
+        Role::Hint => apply_hint_class(),
+    }
     let cv = match role {
         Role::General => &shared.general,
         Role::Decode => &shared.decode,
+        Role::Hint => &shared.hint,
     };
     let mut q = lock(&shared.queues);
     loop {
@@ -447,13 +480,16 @@ fn worker(shared: &PoolShared, role: Role, readers: ReaderSched) {
         }
         match next_task(&mut q, role) {
             Some(task) => {
-                // Hints are woken for one at a time (`submit_hints`): a
-                // thread that takes any task while hints wait wakes the
-                // next, so none is left queued behind this one.
-                let chain = matches!(role, Role::General) && !q.hints.is_empty();
+                // Hint threads are woken one at a time (`submit_hints`): one
+                // that takes a hint while more wait wakes the next, so none
+                // is left queued behind this one. Hints also wait while
+                // demand is queued: the thread that takes the last of it
+                // hands them on.
+                let chain = !q.hints.is_empty()
+                    && (matches!(role, Role::Hint) || q.decode.is_empty() && q.demand.is_empty());
                 drop(q);
                 if chain {
-                    shared.general.notify_one();
+                    shared.hint.notify_one();
                 }
                 // Tasks publish their own failure on a panic (and leave
                 // their in-flight counts as they unwind); catching here as
@@ -543,11 +579,11 @@ mod tests {
         open: mpsc::Sender<()>,
     }
 
-    /// A pool of one general and one decode thread, bounded to
+    /// A pool of one general, one decode and one hint thread, bounded to
     /// `max_hints` queued hints, whose general thread is occupied by a
     /// gated task of `owner` (running when this returns).
     fn held_pool(max_hints: usize, owner: u64) -> (Pool, Arc<PoolShared>, Held) {
-        let pool = Pool::start(1, 1, max_hints, ReaderSched::Normal).unwrap();
+        let pool = Pool::start(1, 1, 1, max_hints, ReaderSched::Normal).unwrap();
         let shared = pool.shared();
         let (log, seen) = mpsc::channel();
         let (open, gate) = mpsc::channel();
@@ -583,7 +619,7 @@ mod tests {
 
     #[test]
     fn a_parked_job_is_polled_until_it_is_no_longer_parked_or_leaves() {
-        let mut pool = Pool::start(2, 1, 4, ReaderSched::Normal).unwrap();
+        let mut pool = Pool::start(2, 1, 1, 4, ReaderSched::Normal).unwrap();
         let shared = pool.shared();
         let polls = |job: &Counted| job.polls.load(Ordering::Relaxed);
         let deadline = std::time::Instant::now() + LIMIT;
@@ -615,15 +651,19 @@ mod tests {
 
     #[test]
     fn hints_run_only_when_no_demand_is_queued() {
-        // Occupy the only general thread, then queue a hint before demand.
+        // Occupy the only general thread and queue demand behind it: the
+        // idle hint thread leaves the hint until the demand is taken.
         let (mut pool, shared, Held { log, seen, open }) = held_pool(8, 1);
-        shared.submit_hints(vec![probe("hint", &log)]);
         shared.submit_demand(probe("demand", &log));
+        shared.submit_hints(vec![probe("hint", &log)]);
         // A decode step is served by the decode thread meanwhile.
         shared.submit_decode(vec![probe("decode", &log)]);
         assert_eq!(seen.recv_timeout(LIMIT).unwrap(), "decode");
         open.send(()).unwrap();
-        let order: Vec<_> = (0..3).map(|_| seen.recv_timeout(LIMIT).unwrap()).collect();
+        // The hint thread may start once the demand is taken, so the two
+        // may log in either order; neither ran while the demand was queued.
+        let mut order: Vec<_> = (0..3).map(|_| seen.recv_timeout(LIMIT).unwrap()).collect();
+        order[1..].sort_unstable();
         assert_eq!(order, ["gate", "demand", "hint"]);
         pool.shutdown();
     }
@@ -652,6 +692,8 @@ mod tests {
     #[test]
     fn hints_run_likeliest_first_and_the_least_likely_is_pushed_out() {
         let (mut pool, shared, Held { log, seen, open }) = held_pool(4, 1);
+        // Queued demand holds the hints until the gate opens.
+        shared.submit_demand(probe("demand", &log));
         let ranked = |name, rank| -> Box<dyn Task> {
             Box::new(Ranked {
                 probe: probe(name, &log),
@@ -669,7 +711,9 @@ mod tests {
         shared.submit_hints(vec![ranked("p0.5 new", (0.5, 5))]);
         assert_eq!(seen.recv_timeout(LIMIT).unwrap(), "p0.1");
         open.send(()).unwrap();
-        let order: Vec<_> = (0..5).map(|_| seen.recv_timeout(LIMIT).unwrap()).collect();
+        let mut order: Vec<_> = (0..6).map(|_| seen.recv_timeout(LIMIT).unwrap()).collect();
+        // The demand may log among the hints, which start once it is taken.
+        order.retain(|name| *name != "demand");
         assert_eq!(
             order,
             ["gate", "p0.8 near", "p0.8 far", "p0.5 old", "p0.5 new"]
@@ -707,7 +751,7 @@ mod tests {
 
     #[test]
     fn hints_submitted_together_run_on_as_many_threads_though_one_is_woken() {
-        let mut pool = Pool::start(3, 1, 8, ReaderSched::Normal).unwrap();
+        let mut pool = Pool::start(1, 1, 3, 8, ReaderSched::Normal).unwrap();
         let shared = pool.shared();
         // Every thread asleep on its condition variable, so only the wakes
         // bring them to the queue (a thread starting up would look at it
@@ -727,6 +771,38 @@ mod tests {
         shared.submit_hints(tasks);
         let said: Vec<_> = (0..3).map(|_| seen.recv_timeout(LIMIT * 2).unwrap()).collect();
         assert_eq!(said, ["together"; 3], "each thread woke the next");
+        pool.shutdown();
+    }
+
+    /// A task that reports the scheduling policy of the thread it runs on.
+    #[cfg(target_os = "linux")]
+    struct Policy(mpsc::Sender<libc::c_int>);
+
+    #[cfg(target_os = "linux")]
+    impl Task for Policy {
+        fn run(self: Box<Self>) {
+            // SAFETY: a plain query of the calling thread's policy.
+            let policy = unsafe { libc::sched_getscheduler(0) };
+            self.0.send(policy).unwrap();
+        }
+        fn abandon(self: Box<Self>) {
+            self.0.send(-1).unwrap();
+        }
+        fn owner(&self) -> u64 {
+            1
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn hints_run_on_threads_whose_wake_up_does_not_preempt_and_demand_does_not() {
+        let mut pool = Pool::start(2, 1, 2, 8, ReaderSched::Normal).unwrap();
+        let shared = pool.shared();
+        let (tx, rx) = mpsc::channel();
+        shared.submit_hints(vec![Box::new(Policy(tx.clone()))]);
+        assert_eq!(rx.recv_timeout(LIMIT).unwrap(), libc::SCHED_BATCH);
+        shared.submit_demand(Box::new(Policy(tx)));
+        assert_eq!(rx.recv_timeout(LIMIT).unwrap(), libc::SCHED_OTHER);
         pool.shutdown();
     }
 

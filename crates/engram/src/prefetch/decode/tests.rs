@@ -85,7 +85,7 @@ fn a_step_reads_its_first_table_before_later_tables_and_hints() {
     let source: Arc<dyn RowSource> = inner.clone();
     let stats = Arc::new(StatsRecorder::new(2));
     // Enough threads that nothing but the hold could order the reads.
-    let mut pool = Pool::start(3, 2, 4, ReaderSched::default()).unwrap();
+    let mut pool = Pool::start(3, 2, 1, 4, ReaderSched::default()).unwrap();
     let job = step_job(2, &source, &stats);
     job.ready_for_step(&pool.shared()).unwrap();
     job.start(&[1, 2, 3, 4], true, &pool.shared());
@@ -119,7 +119,7 @@ fn a_step_whose_rows_are_cached_reads_nothing_from_storage() {
     let cache = Arc::new(RowCache::new(1 << 20, 8));
     let source: Arc<dyn RowSource> = Arc::new(CachedSource::new(inner.clone(), cache));
     let stats = Arc::new(StatsRecorder::new(2));
-    let mut pool = Pool::start(1, 1, 4, ReaderSched::default()).unwrap();
+    let mut pool = Pool::start(1, 1, 1, 4, ReaderSched::default()).unwrap();
     let job = step_job(3, &source, &stats);
     let ids = [1, 2, 3, 4, 5, 6];
     // Step 1 misses: the rows are fetched (and fill the cache).
@@ -168,7 +168,7 @@ impl Task for Gate {
 fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
     let source: Arc<dyn RowSource> = Arc::new(Probe::default());
     let stats = Arc::new(StatsRecorder::new(2));
-    let mut pool = Pool::start(1, 1, 8, ReaderSched::default()).unwrap();
+    let mut pool = Pool::start(1, 1, 1, 8, ReaderSched::default()).unwrap();
     // The only general thread is busy: a queued hint would wait behind
     // it (as behind other sequences' demand reads).
     let (running, started) = std::sync::mpsc::channel();
@@ -224,7 +224,7 @@ fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
 /// A pool whose only decode thread runs a [`Gate`] until the returned
 /// sender is sent to (or dropped).
 fn busy_decode_pool() -> (Pool, std::sync::mpsc::Sender<()>) {
-    let pool = Pool::start(1, 1, 4, ReaderSched::default()).unwrap();
+    let pool = Pool::start(1, 1, 1, 4, ReaderSched::default()).unwrap();
     let (running, started) = std::sync::mpsc::channel();
     let (open, gate) = std::sync::mpsc::channel();
     pool.shared()
