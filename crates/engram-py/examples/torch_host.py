@@ -78,11 +78,38 @@ NO_ENGINE = ("resident", "pinned")
 ROWS_FROM_MEMORY = NO_ENGINE + ("shadow",)
 
 
-class Host:
-    """Runs one schedule over a prompt: prefill (layer or chunk sweep), then
-    teacher-forced decode steps."""
+class Stage:
+    """What every schedule runs on: the row buffers a runtime copies rows
+    into (``DeviceRows``) and the decoder, its weights and decode graphs.
 
-    def __init__(self, args, schedule: str, info, tokens: np.ndarray, ids: np.ndarray, rows):
+    One stage serves every run of a process, so every schedule's graphs
+    read the same weights at the same device addresses and only the rows'
+    delivery differs between schedules. (`resident` still decodes 8% slower
+    than `pinned` on one stage, as it did with a decoder per run:
+    docs/log/2026-12-06-hint-threads.md, "The torch host's decode floor".)"""
+
+    def __init__(self, args, info):
+        device = torch.device(args.device)
+        # Made before the decoder: its decode graphs read rows from buffers
+        # shaped by these, and decode them with these tables' decoders.
+        self.rows = engram.torch.DeviceRows(info, device, format=args.rows,
+                                            tokens=min(args.ubatch, max(args.prefill, 1)),
+                                            side_stream=args.side_stream)
+        engram_layers = {layer: t for t, layer in enumerate(info.layer_ids)}
+        self.model = Decoder(args.sizes, args.layers, engram_layers,
+                             info.rows_per_token, info.row_dim, device,
+                             args.prefill + args.decode + 1,
+                             graphs=device.type == "cuda" and args.graphs,
+                             decoders={t: self.rows.decoder(t) for t in range(info.tables)},
+                             row_input=self.rows.empty)
+
+
+class Host:
+    """Runs one schedule over a prompt on a stage: prefill (layer or chunk
+    sweep), then teacher-forced decode steps."""
+
+    def __init__(self, args, schedule: str, info, tokens: np.ndarray, ids: np.ndarray, rows,
+                 stage: Stage):
         self.args, self.schedule, self.tokens, self.ids = args, schedule, tokens, ids
         self.device = torch.device(args.device)
         self.rows_per_token = info.rows_per_token
@@ -96,11 +123,9 @@ class Host:
         self.reads = rows.reads  # per table and prefix, for the floor
         cuda = self.device.type == "cuda"
         self.compute = torch.cuda.current_stream() if cuda else None
-        # Made before the decoder: its decode graphs read rows from buffers
-        # shaped by these, and decode them with these tables' decoders.
-        self.rows = engram.torch.DeviceRows(info, self.device, format=args.rows,
-                                            tokens=min(args.ubatch, max(args.prefill, 1)),
-                                            side_stream=args.side_stream)
+        self.rows, self.model = stage.rows, stage.model
+        for layer in self.model.layers:
+            layer.reset()  # the caches and histories of the stage's last run
         self.gpu_wait = []  # (start, end) CUDA events around the compute stream's waits
         # Enough events for every decode mark (7 a step for two tables).
         self.timeline = Timeline(self.compute, reserve=(2 * len(info.layer_ids) + 4) * (args.decode + 1))
@@ -108,11 +133,6 @@ class Host:
         # start, blocked s), to tell a first-chunk stall from a steady one.
         self.waits = []
         self.phase_start = 0.0
-        self.model = Decoder(args.sizes, args.layers, self.engram_layers,
-                             info.rows_per_token, info.row_dim, self.device,
-                             args.prefill + args.decode + 1, graphs=cuda and args.graphs,
-                             decoders={t: self.rows.decoder(t) for t in range(info.tables)},
-                             row_input=self.rows.empty)
 
     # --- row delivery -------------------------------------------------
     def deliver(self, table: int, lo: int, hi: int, fill) -> torch.Tensor:
@@ -145,9 +165,32 @@ class Host:
         step's rows gathered before the run: the same graphs read the same
         bytes, and the host does the least it can between them."""
         if self.step_rows is not None:
-            seg.rows.copy_(self.step_rows[seg.table][pos - self.args.prefill])
+            if self.args.resident_gap_us and self.compute is not None:
+                # The GPU idles before each table's rows, as it may while a
+                # host fetches them: whether the graphs' own time depends on
+                # being launched back to back.
+                self.compute.synchronize()
+                until = time.perf_counter() + self.args.resident_gap_us / 1e6
+                while time.perf_counter() < until:
+                    pass
+            src = self.step_rows[seg.table][pos - self.args.prefill]
+            if self.args.resident_copy_stream and self.compute is not None:
+                # A diagnostic: the copy on a stream of its own, which the
+                # compute stream waits for, as `pinned`'s host copy is.
+                side = self._side_stream()
+                side.wait_stream(self.compute)  # the buffer's readers are queued
+                with torch.cuda.stream(side):
+                    seg.rows.copy_(src)
+                self.compute.wait_stream(side)
+                return
+            seg.rows.copy_(src)
             return
         self.rows.deliver(seg.table, 1, fill, out=seg.rows)
+
+    def _side_stream(self):
+        if getattr(self, "_side", None) is None:
+            self._side = torch.cuda.Stream(self.device)
+        return self._side
 
     def step_done(self, seg):
         """The segment's graph, the reader of its rows, is queued."""
@@ -240,8 +283,10 @@ class Host:
         self.sync()
         started = time.perf_counter()
         clock = HostClock()  # the host's time per part of a step
+        profiling = DecodeProfile(self.args, self.schedule)
         with GcClock() as collector:
             for s in range(k):
+                profiling.at(s)
                 t0 = time.perf_counter()
                 clock.restart()
                 pos = n + s
@@ -284,6 +329,7 @@ class Host:
                 finals[s].copy_(h[0])
                 clock.lap("digest")
                 step_s.append(time.perf_counter() - t0)
+        profiling.finish()
         wall = time.perf_counter() - started
         digest = hashlib.blake2b(finals.float().cpu().numpy().tobytes(), digest_size=16)
         gpu_ms = self.timeline.totals_ms()
@@ -305,6 +351,38 @@ class Host:
         total = sum(a.elapsed_time(b) for a, b in self.gpu_wait)
         self.gpu_wait.clear()
         return total
+
+
+class DecodeProfile:
+    """A diagnostic (--profile-steps N): `torch.profiler` over N decode
+    steps from the 50th, each kernel's total GPU time written beside the
+    --json file, one file per schedule and run."""
+
+    def __init__(self, args, schedule: str):
+        self.steps, self.prof = args.profile_steps, None
+        self.path = f"{args.json or 'torch_host'}.profile-{schedule}-{os.getpid()}-{id(self)}.txt"
+
+    def at(self, step: int):
+        """Called before each decode step."""
+        if self.steps and self.prof is None and step == 50:
+            from torch.profiler import ProfilerActivity, profile
+            cuda = [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+            self.prof = profile(activities=[ProfilerActivity.CPU, *cuda])
+            self.prof.__enter__()
+        elif self.prof is not None and step >= 50 + self.steps:
+            self.finish()
+
+    def finish(self):
+        """Called after the last step too: stops a profile still running."""
+        if self.prof is None:
+            return
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.prof.__exit__(None, None, None)
+        with open(self.path, "w") as f:
+            key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+            f.write(self.prof.key_averages().table(sort_by=key, row_limit=40))
+        self.prof, self.steps = None, 0
 
 
 def load_tokens(args) -> np.ndarray:
@@ -364,9 +442,13 @@ def raw_decode_problem(info) -> str | None:
     return None
 
 
-def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:
+def run_schedule(args, schedule: str, tokens, ids, rows, info, stage: Stage | None = None) -> dict:
+    """One run of `schedule`, on `stage` (a stage of its own when none, or
+    under --stage-per-run)."""
     torch.manual_seed(0)
-    host = Host(args, schedule, info, tokens, ids, rows)
+    if stage is None or args.stage_per_run:
+        stage = Stage(args, info)
+    host = Host(args, schedule, info, tokens, ids, rows, stage)
     engine = None
     seq = None
     if schedule not in NO_ENGINE:
@@ -400,7 +482,7 @@ def run_schedule(args, schedule: str, tokens, ids, rows, info) -> dict:
         decode["engine_cpu_us_per_token"] = 1e6 * (cpu2 - cpu1) / max(args.decode, 1)
         seq.close()
         engine.close()
-    del host
+    del host, stage
     if args.host_cpu is not None:
         os.sched_setaffinity(0, args.cpus)  # the caller's CPUs back
     gc.collect()  # whatever else holds a decoder: free it before the next one
@@ -465,6 +547,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the disk's random 4 KiB reads a second (the replay bench's device.iops): "
                         "the summary gives the prefill floor on this GPU's times and each "
                         "schedule's GPU idle against it (needs resident)")
+    p.add_argument("--stage-per-run", action="store_true",
+                   help="a decoder and row buffers made for each run (as before) instead of "
+                        "one shared by every run")
+    p.add_argument("--resident-copy-stream", action="store_true",
+                   help="a diagnostic of resident's decode: its device-to-device copy on a "
+                        "stream of its own that the compute stream waits for")
+    p.add_argument("--compute-stream", action="store_true",
+                   help="a diagnostic: run on a created CUDA stream, not the default one")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="a diagnostic: torch.profiler over this many decode steps from the "
+                        "50th, kernel times written beside --json")
+    p.add_argument("--resident-gap-us", type=float, default=0.0,
+                   help="a diagnostic of resident's decode: the GPU idles this long before "
+                        "each table's rows (the host synchronizes, then waits)")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--no-side-stream", dest="side_stream", action="store_false",
                    help="copy rows on the compute stream (a check of the copy path)")
@@ -480,6 +576,10 @@ def main(argv=None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    if args.compute_stream and torch.cuda.is_available():
+        # Every kernel, copy and graph replay of the run on a created stream
+        # rather than the legacy default stream.
+        torch.cuda.set_stream(torch.cuda.Stream())
 
     if args.host_cpu is not None:
         args.cpus = os.sched_getaffinity(0)
@@ -514,6 +614,7 @@ def main(argv=None) -> int:
     warm = argparse.Namespace(**{**vars(args), "prefill": min(args.ubatch, args.prefill),
                                  "decode": min(4, args.decode)})
     run_schedule(warm, "resident", tokens, ids, rows, info)
+    stage = None if args.stage_per_run else Stage(args, info)
 
     schedules = args.schedule.split(",")
     unknown = [s for s in schedules if s not in SCHEDULES + EXTRA_SCHEDULES]
@@ -523,7 +624,7 @@ def main(argv=None) -> int:
     runs = {s: [] for s in schedules}
     for repeat in range(args.repeat):  # interleaved: drift hits every schedule alike
         for schedule in schedules:
-            r = run_schedule(args, schedule, tokens, ids, rows, info)
+            r = run_schedule(args, schedule, tokens, ids, rows, info, stage)
             r["repeat"] = repeat
             runs[schedule].append(r)
             print(f"{schedule:9} prefill {r['prefill']['tok_s']:9.1f} tok/s "

@@ -4,7 +4,6 @@ on the rows. Skipped where torch is not installed (CI does not install it;
 the device machine's runs are in docs/gpu.md). The delivery of rows and
 their device decode are engram.torch's, tested in test_torch.py."""
 
-import argparse
 import json
 import os
 import pathlib
@@ -67,6 +66,19 @@ def test_every_schedule_hashes_alike(model, tokens_file, tmp_path, sweep):
     assert len({r["decode"]["checksum"] for r in results}) == 1
 
 
+def test_runs_on_one_stage_hash_as_runs_on_stages_of_their_own(model, tokens_file, tmp_path):
+    """Every run of a process shares one decoder (its caches reset per
+    run): the same hashes as a decoder made for each run, in any order."""
+    sums = set()
+    for extra in ([], ["--stage-per-run"]):
+        out = tmp_path / "host.json"
+        assert torch_host.main(args_for(model, tokens_file, out, "--repeat", "2",
+                                        "--schedule", "sync,resident,pinned", *extra)) == 0
+        doc = json.loads(out.read_text())
+        sums |= {(r["prefill"]["checksum"], r["decode"]["checksum"]) for r in doc["results"]}
+    assert len(sums) == 1, sums
+
+
 def test_rows_auto_takes_raw_rows_of_an_e4m3_model_and_f32_of_another(models, tokens_file,
                                                                        tmp_path):
     for name, want in (("row264", "raw"), ("lloyd4", "f32")):
@@ -80,11 +92,9 @@ def test_rows_auto_takes_raw_rows_of_an_e4m3_model_and_f32_of_another(models, to
 
 
 def test_the_hash_depends_on_the_rows(model, tokens_file):
-    ns = argparse.Namespace(
-        model=str(model), tokens=str(tokens_file), profile="tiny", layers=16, prefill=300,
-        decode=12, ubatch=128, sweep="layer", draft=0.79, cache_mib=16, direct=False,
-        cold=False, seed=1, device="cpu", repeat=1, side_stream=True, ffn=None, layer_us=None,
-        graphs=True, open_options={}, rows="f32", host_cpu=None)
+    ns = torch_host.build_parser().parse_args(args_for(model, tokens_file, "unused.json",
+                                                       "--rows", "f32", "--cache-mib", "16"))
+    ns.open_options = {}
     ns.sizes = torch_host.profile_sizes(ns)
     tokens = torch_host.load_tokens(ns)[:313]
     with engram.open(model, format="f32") as probe:
@@ -137,9 +147,9 @@ def test_a_calibrated_profile_needs_cuda(model, tokens_file, tmp_path):
         torch_host.main(args_for(model, tokens_file, tmp_path / "x.json", "--profile", "mac"))
 
 
-def test_a_finished_host_frees_its_decoder(model, tokens_file):
-    """No reference cycle keeps a schedule's decoder (on the GPU: its
-    weights) alive after the schedule: the next one would not fit."""
+def test_a_finished_stage_frees_its_decoder(model, tokens_file):
+    """No reference cycle keeps a stage's decoder (on the GPU: its
+    weights) alive after the runs on it: a next one would not fit."""
     import gc
     import weakref
     ns = torch_host.build_parser().parse_args(args_for(model, tokens_file, "unused.json",
@@ -152,9 +162,12 @@ def test_a_finished_host_frees_its_decoder(model, tokens_file):
     gc.disable()
     try:
         rows = torch_host.InMemoryRows([], [], [])
-        host = torch_host.Host(ns, "sync", info, tokens, ids, rows)
+        stage = torch_host.Stage(ns, info)
+        host = torch_host.Host(ns, "sync", info, tokens, ids, rows, stage)
         decoder = weakref.ref(host.model)
         del host
+        assert decoder() is not None, "the stage outlives a run on it"
+        del stage
         assert decoder() is None
     finally:
         gc.enable()
