@@ -340,13 +340,14 @@ def test_every_option_has_one_default_in_the_stub():
         assert doc and values
 
 
-def engine_threads():
-    """This process's engine reader threads, by thread id."""
+def engine_threads(prefix="engram-"):
+    """This process's engine threads whose names start with `prefix`, by
+    thread id."""
     tids = set()
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
-                if f.read().startswith("engram-"):
+                if f.read().startswith(prefix):
                     tids.add(int(tid))
         except OSError:  # the thread ended meanwhile
             continue
@@ -357,10 +358,14 @@ def engine_threads():
 def test_readers_take_the_class_asked_for(model, monkeypatch):
     monkeypatch.delenv("ENGRAM_READERS", raising=False)
     for readers, policy in (("batch", os.SCHED_BATCH), (None, os.SCHED_OTHER)):
-        before = engine_threads()
+        before, hints_before = engine_threads(), engine_threads("engram-hint-")
         with engram.open(model, format="f32", readers=readers, overlap_threshold=0) as e:
             with e.sequence().prefill(np.arange(64)) as pf:
                 pf.wait(0, 64)
-                mine = engine_threads() - before
+                hints = engine_threads("engram-hint-") - hints_before
+                mine = engine_threads() - before - hints
                 assert mine, "the engine has reader threads"
                 assert {os.sched_getscheduler(t) for t in mine} == {policy}, readers
+                # Hint threads wake without preempting, whatever the readers' class.
+                assert hints, "the engine has hint threads"
+                assert {os.sched_getscheduler(t) for t in hints} == {os.SCHED_BATCH}, readers

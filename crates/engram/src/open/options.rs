@@ -165,7 +165,7 @@ options! {
     "batch"                    => prefetch.batch: "batched reads (0: one request per row)";
     "workers"                  => prefetch.workers: "pool threads for prefill batches (hints get as many, at most 2, of their own)";
     "decode_workers"           => prefetch.decode_workers: "pool threads for decode steps only";
-    "readers"                  => prefetch.readers: "scheduling class of every reader thread";
+    "readers"                  => prefetch.readers: "scheduling class of every reader thread but the hint threads";
     "lookup_hints"             => prefetch.lookup_hints: "prompt-lookup hints after each decode step";
     "lookup_max_ngram"         => prefetch.lookup_max_ngram: "longest suffix n-gram the prompt-lookup predictor matches";
     "lookup_tokens"            => prefetch.lookup_tokens: "tokens the predictor proposes per step";

@@ -169,7 +169,8 @@ pub struct PrefetchConfig {
     pub lookup_tokens: usize,
     /// Hint batches queued at most; older ones are dropped (default 64).
     pub max_queued_hints: usize,
-    /// Scheduling class of the pool's threads (ENGRAM_READERS=batch,
+    /// Scheduling class of the pool's threads but its hint threads, which
+    /// take one whose wake-up does not preempt (ENGRAM_READERS=batch,
     /// normal, raised or realtime; default normal). `EngineBuilder` gives
     /// the source's threads this class too; an embedder opening the source
     /// itself gives its `IoConfig::readers` the same value.
