@@ -206,7 +206,8 @@ typedef struct engram_options {
   // runtime's prefill goes through the tables (ENGRAM_PREFILL_ORDER).
   uint32_t prefill_order;
   // One of the `ENGRAM_READERS_*` values: the scheduling class of every
-  // reader thread (default `ENGRAM_READERS_NORMAL`; ENGRAM_READERS).
+  // reader thread but the hint threads, whose wake-up never preempts
+  // (default `ENGRAM_READERS_NORMAL`; ENGRAM_READERS).
   uint32_t readers;
   // Prefill read batches in flight at once (default 2: the most urgent
   // first, the others with the depth it leaves free): one per table while

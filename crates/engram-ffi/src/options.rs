@@ -140,7 +140,8 @@ pub struct engram_options {
     /// runtime's prefill goes through the tables (ENGRAM_PREFILL_ORDER).
     pub prefill_order: u32,
     /// One of the `ENGRAM_READERS_*` values: the scheduling class of every
-    /// reader thread (default `ENGRAM_READERS_NORMAL`; ENGRAM_READERS).
+    /// reader thread but the hint threads, whose wake-up never preempts
+    /// (default `ENGRAM_READERS_NORMAL`; ENGRAM_READERS).
     pub readers: u32,
     /// Prefill read batches in flight at once (default 2: the most urgent
     /// first, the others with the depth it leaves free): one per table while
