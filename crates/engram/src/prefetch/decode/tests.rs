@@ -168,9 +168,9 @@ impl Task for Gate {
 fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
     let source: Arc<dyn RowSource> = Arc::new(Probe::default());
     let stats = Arc::new(StatsRecorder::new(2));
-    let mut pool = Pool::start(1, 1, 1, 8, ReaderSched::default()).unwrap();
-    // The only general thread is busy: a queued hint would wait behind
-    // it (as behind other sequences' demand reads).
+    // No hint thread: a hint that reached the pool would stay queued (as
+    // behind other sequences' demand reads), and the flight never drain.
+    let mut pool = Pool::start(1, 1, 0, 8, ReaderSched::default()).unwrap();
     let (running, started) = std::sync::mpsc::channel();
     let (open, gate) = std::sync::mpsc::channel();
     pool.shared()
@@ -216,9 +216,10 @@ fn hints_released_or_submitted_once_a_drop_began_are_abandoned_not_queued() {
     });
     let drained = idle.recv_timeout(std::time::Duration::from_secs(5));
     open.send(()).unwrap();
+    // The shutdown abandons whatever is queued, so the waiter ends.
+    pool.shutdown();
     waiter.join().unwrap();
     assert!(drained.is_ok(), "a hint was queued after the drop began");
-    pool.shutdown();
 }
 
 /// A pool whose only decode thread runs a [`Gate`] until the returned
