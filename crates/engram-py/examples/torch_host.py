@@ -296,8 +296,7 @@ class Host:
                     seq.step_begin(token)  # the token is on the host: reads start now
                     clock.lap("step_begin")
                     if self.schedule == "full" and pos + 1 < len(self.tokens):
-                        right = drafts.random() < self.args.draft
-                        guess = int(self.tokens[pos + 1]) if right else drafts.randrange(vocab)
+                        guess = offer_hints(drafts, int(self.tokens[pos + 1]), self.args, vocab)
                 self.timeline.mark("between")  # the sampling sync and the host's turn
                 h = self.model.embed_tokens(self.tokens[pos:pos + 1])
                 self.model.pos.fill_(pos)
@@ -319,7 +318,7 @@ class Host:
                         # After the first layers are launched: the hint is for
                         # the next step, and the GPU need not idle while it is
                         # handed over.
-                        seq.hint([guess])
+                        seq.hint(**guess)
                         clock.lap("hint")
                 logits = rmsnorm(h) @ self.model.head.T
                 clock.lap("head")
@@ -383,6 +382,34 @@ class DecodeProfile:
             key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
             f.write(self.prof.key_averages().table(sort_by=key, row_limit=40))
         self.prof, self.steps = None, 0
+
+
+def offer_hints(rng: random.Random, actual: int, args, vocab: int) -> dict:
+    """`Sequence.hint`'s arguments for the next token, whose true value is
+    `actual`, as a sampler's top 3 would give them (the replay bench's
+    `--hints draft:P,Q`): the true token first with probability
+    ``--draft``, within the top 3 with ``--top3``; the first is the draft,
+    the other two are alternatives."""
+    if rng.random() < args.draft:
+        rank = 0
+    elif args.top3 > args.draft and rng.random() < (args.top3 - args.draft) / (1 - args.draft):
+        rank = rng.choice((1, 2))
+    else:
+        rank = None
+    ranked = []
+    for i in range(3):
+        if i == rank:
+            ranked.append(actual)
+            continue
+        wrong = rng.randrange(vocab)
+        while wrong == actual or wrong in ranked:
+            wrong = rng.randrange(vocab)
+        ranked.append(wrong)
+    hints = {"tokens": ranked[:1], "draft_probs": [args.draft]}
+    if args.top3 > args.draft:
+        p = (args.top3 - args.draft) / 2
+        hints.update(alternatives=ranked[1:], alternative_probs=[p, p])
+    return hints
 
 
 def load_tokens(args) -> np.ndarray:
@@ -535,7 +562,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "e4m3_e8m0_32_row264, no decoding on the readers); f32: the engine's "
                         "decoded rows; auto: raw where engram.torch decodes every table's "
                         "encoding, else f32")
-    p.add_argument("--draft", type=float, default=0.79)
+    p.add_argument("--draft", type=float, default=0.79,
+                   help="`full`: the draft (a sampler's top 1) is the next token with this "
+                        "probability")
+    p.add_argument("--top3", type=float, default=0.95,
+                   help="`full`: the next token is within the top 3 (the draft and two "
+                        "alternatives) with this probability (at most --draft: no alternatives)")
     p.add_argument("--cache-mib", type=int, default=256)
     p.add_argument("--direct", action="store_true")
     p.add_argument("--cold", action="store_true")

@@ -219,3 +219,19 @@ def test_the_floor_needs_a_rate_and_residents_run(model, tokens_file, tmp_path, 
     with pytest.raises(SystemExit):
         torch_host.main(args_for(model, tokens_file, tmp_path / "bad.json", *more))
 
+
+
+def test_full_hints_a_draft_right_as_often_as_asked_and_alternatives_within_the_top_3():
+    import random
+    ns = torch_host.build_parser().parse_args(["--model", "m", "--draft", "0.79", "--top3", "0.95"])
+    rng, actual, n = random.Random(3), 7, 20000
+    offers = [torch_host.offer_hints(rng, actual, ns, 1000) for _ in range(n)]
+    top1 = sum(o["tokens"] == [actual] for o in offers) / n
+    top3 = sum(actual in o["tokens"] + o["alternatives"] for o in offers) / n
+    assert abs(top1 - 0.79) < 0.015 and abs(top3 - 0.95) < 0.01, (top1, top3)
+    for o in offers[:500]:
+        ranked = o["tokens"] + o["alternatives"]
+        assert len(set(ranked)) == 3
+        assert o["alternative_probs"] == pytest.approx([0.08, 0.08])
+    ns.top3 = 0.79  # no alternatives: a draft alone
+    assert set(torch_host.offer_hints(rng, actual, ns, 1000)) == {"tokens", "draft_probs"}
