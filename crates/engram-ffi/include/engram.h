@@ -485,6 +485,18 @@ enum engram_status engram_prefill_wait_into(struct engram_prefill *pf,
                                             size_t out_len,
                                             size_t *written);
 
+// Hands back the rows the last `engram_prefill_wait` on `table` described
+// before the next wait on it: they become invalid, and the readers may
+// refill their slots at once. A host that copies its rows out (to the GPU,
+// say) and waits as wide as `max_wait_tokens` calls it after the copy, so
+// the next rows are read while it works; otherwise a wait's rows are held,
+// and the ring with them, until the next wait. `engram_prefill_wait_into`
+// does this itself. Releasing twice, or before any wait, does nothing.
+//
+// # Safety
+// None: the handle is looked up, not dereferenced.
+enum engram_status engram_prefill_release(struct engram_prefill *pf, uint32_t table);
+
 // Ends a prefill: cancels reads still pending, joins the readers, frees the
 // rings (rows from its waits become invalid) and lets the sequence step.
 // NULL is accepted and does nothing; a prefill already ended (or ended by

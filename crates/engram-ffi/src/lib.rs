@@ -44,7 +44,7 @@ pub use options::{
 };
 pub use prefill::{
     engram_prefill, engram_prefill_begin, engram_prefill_end, engram_prefill_info,
-    engram_prefill_wait, engram_prefill_wait_into,
+    engram_prefill_release, engram_prefill_wait, engram_prefill_wait_into,
 };
 pub use rows::engram_rows;
 pub use seq::{

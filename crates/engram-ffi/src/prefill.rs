@@ -152,6 +152,26 @@ pub unsafe extern "C" fn engram_prefill_wait_into(
     })
 }
 
+/// Hands back the rows the last `engram_prefill_wait` on `table` described
+/// before the next wait on it: they become invalid, and the readers may
+/// refill their slots at once. A host that copies its rows out (to the GPU,
+/// say) and waits as wide as `max_wait_tokens` calls it after the copy, so
+/// the next rows are read while it works; otherwise a wait's rows are held,
+/// and the ring with them, until the next wait. `engram_prefill_wait_into`
+/// does this itself. Releasing twice, or before any wait, does nothing.
+///
+/// # Safety
+/// None: the handle is looked up, not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn engram_prefill_release(
+    pf: *mut engram_prefill,
+    table: u32,
+) -> engram_status {
+    call_on("engram_prefill_release", pf, |obj| {
+        Ok(obj.seq.prefill_release(obj.handle, table as usize)?)
+    })
+}
+
 /// Ends a prefill: cancels reads still pending, joins the readers, frees the
 /// rings (rows from its waits become invalid) and lets the sequence step.
 /// NULL is accepted and does nothing; a prefill already ended (or ended by

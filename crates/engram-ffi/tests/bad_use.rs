@@ -332,7 +332,21 @@ fn wrong_state_and_small_buffers_are_refused_without_consuming() {
             &mut written,
         ));
         assert_eq!(written, need);
+        // Releasing the rows of the last wait: twice is fine, a table out
+        // of range is refused, an ended prefill is no handle.
+        ok(engram_prefill_release(pf, 1));
+        ok(engram_prefill_release(pf, 1));
+        expect(
+            engram_prefill_release(pf, 2),
+            ENGRAM_INVALID_ARGUMENT,
+            "table 2 out of range",
+        );
         ok(engram_prefill_end(pf));
+        expect(
+            engram_prefill_release(pf, 0),
+            ENGRAM_INVALID_HANDLE,
+            "engram_prefill_release",
+        );
         expect(
             engram_step_wait(seq, 0, &mut rows),
             ENGRAM_INVALID_ARGUMENT,

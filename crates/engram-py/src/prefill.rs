@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use engram::open::SharedSequence;
+use engram::open::{SeqError, SharedSequence};
 use engram::prefetch::Prefill as CorePrefill;
 use pyo3::prelude::*;
 
@@ -75,9 +75,15 @@ impl Prefill {
     /// (tokens, rows_per_token, row_bytes) uint8 for raw rows).
     fn wait<'py>(&self, py: Python<'py>, table: usize, upto: u32) -> PyResult<Bound<'py, PyAny>> {
         let rows = py
-            .detach(|| {
-                self.shared
-                    .prefill_wait(self.id, table, upto, OwnedRows::copy)
+            .detach(|| -> Result<engram::Result<OwnedRows>, SeqError> {
+                let rows = self
+                    .shared
+                    .prefill_wait(self.id, table, upto, OwnedRows::copy)?;
+                if rows.is_ok() {
+                    // Copied: their ring slots may be refilled now.
+                    self.shared.prefill_release(self.id, table)?;
+                }
+                Ok(rows)
             })
             .py_err()?
             .py_err()?;

@@ -220,9 +220,17 @@ impl SharedSequence {
             // complaint.
             let need = self.rows_bytes(table, live.wait_tokens(table, upto)?)?;
             check_room(out, need)?;
-            live.wait(table, upto)?.copy_to(&mut out[..need])?;
+            live.wait_into(table, upto, &mut out[..need])?;
             Ok(need)
         })
+    }
+
+    /// Hands back the rows of the last wait on `table` of the live prefill
+    /// named `id` before the next wait ([`Prefill::release`]): a binding
+    /// whose wait copied them out calls it.
+    pub fn prefill_release(&self, id: usize, table: usize) -> Result<(), SeqError> {
+        self.rows_bytes(table, 0)?;
+        self.with_prefill(id, |live| Ok(live.release(table)?))
     }
 
     /// Blocks until the current step's rows of `table` are read and

@@ -380,6 +380,53 @@ fn ring_room_a_ready_wait_frees_is_read_without_another_wait() {
     });
 }
 
+/// A wait as wide as the ring holds all of it until the next wait, unless
+/// its rows are released: `wait_into` releases them once copied, and
+/// `release` after a view, so the readers fill the ring again while the
+/// consumer works on what it copied (a GPU host that queues its kernels
+/// and goes on to its next wait), and the rows read then are the right
+/// ones.
+#[test]
+fn rows_copied_out_or_released_free_their_ring_room_before_the_next_wait() {
+    let source = source();
+    let engine = engine_without_store(&source, |c| c.warm_page_cache = false);
+    within(LIMIT, move || {
+        let mut seq = engine.sequence();
+        let tokens = prompt(128);
+        let (cols, ids) = (seq.rows_per_token(), seq.row_ids(&tokens, None).unwrap());
+        let ring = 32; // small_prefetch: 2 chunks of 16 tokens
+        let mut prefill = seq.prefill(&tokens, None).unwrap();
+        let wait_until = |prefill: &super::Prefill<'_>, table, n| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while prefill.ready_tokens(table) < Some(n) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            prefill.ready_tokens(table).unwrap()
+        };
+        // A view held: its rows are not released, and the reader stops at
+        // the ring's end (given time to run past it).
+        let rows = prefill.wait(0, ring).unwrap().to_vec();
+        assert!(rows == expected(&ids, cols, 0, 0..ring as usize));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(prefill.ready_tokens(0), Some(ring), "a held wait bounds the reader");
+        // Released: the next ring's worth is read with no further wait.
+        prefill.release(0).unwrap();
+        prefill.release(0).unwrap(); // a second release changes nothing
+        assert_eq!(wait_until(&prefill, 0, 2 * ring), 2 * ring);
+        // Copied out: the same, by itself.
+        let mut out = vec![0u8; expected(&ids, cols, 0, 0..ring as usize).len()];
+        prefill.wait_into(0, 2 * ring, &mut out).unwrap();
+        assert!(out == expected(&ids, cols, 0, ring as usize..2 * ring as usize));
+        assert_eq!(wait_until(&prefill, 0, 3 * ring), 3 * ring);
+        prefill.wait_into(0, 3 * ring, &mut out).unwrap();
+        assert!(out == expected(&ids, cols, 0, 2 * ring as usize..3 * ring as usize));
+        // Table 1 untouched by table 0's releases; a bad table is an error.
+        let view = prefill.wait(1, ring).unwrap();
+        assert!(view.to_vec() == expected(&ids, cols, 1, 0..ring as usize));
+        assert!(matches!(prefill.release(2), Err(Error::InvalidArgument(_))));
+    });
+}
+
 /// A wait whose rows are ready did not block: it adds no stall (and reads
 /// no clock), while its tokens still count.
 #[test]

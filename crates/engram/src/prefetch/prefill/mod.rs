@@ -3,7 +3,9 @@
 //!
 //! Contract of [`Prefill::wait`]: waits on one table ask for increasing
 //! `upto`; a wait returns the rows of tokens `[previous upto, upto)` and
-//! releases the rows the previous wait on that table returned. The ring of a
+//! releases the rows the previous wait on that table returned, unless
+//! [`Prefill::release`] (which [`Prefill::wait_into`] calls once it has
+//! copied them) released them already. The ring of a
 //! table holds `ring_chunks * chunk_tokens` tokens, so one wait may cover at
 //! most that many tokens; the readers run ahead of the consumer by at most
 //! the ring's free space. Memory is therefore fixed by the configuration,
@@ -233,9 +235,45 @@ impl<'s> Prefill<'s> {
     }
 
     /// [`Prefill::wait`], copying the rows into `out` (exactly the view's
-    /// byte length).
+    /// byte length), then [`Prefill::release`]: the copy was the rows' last
+    /// use, so the readers may refill their ring slots at once.
     pub fn wait_into(&mut self, table: usize, upto: u32, out: &mut [u8]) -> Result<()> {
-        self.wait(table, upto)?.copy_to(out)
+        self.wait(table, upto)?.copy_to(out)?;
+        self.release(table)
+    }
+
+    /// Hands back the rows of the last wait on `table` before the next
+    /// wait: the readers may overwrite their ring slots from now on. A
+    /// consumer that copies its rows out (to a GPU, say) calls it after the
+    /// copy; without it a wait's rows are held until the next wait on the
+    /// table. Releasing twice, or before any wait, changes nothing.
+    ///
+    /// Why: a wait as wide as the ring holds all of it, and until it is
+    /// released the table's readers can fill nothing but the reuse store.
+    /// A host that queues its GPU work and goes straight on to its next
+    /// wait then had reads for that wait start only as it asked for them
+    /// (the torch host's 2,048-token waits stalled 0.772x of reading at
+    /// the layer against 0.646x for 512-token ones;
+    /// docs/log/2026-12-06-hint-threads.md).
+    pub fn release(&mut self, table: usize) -> Result<()> {
+        let Some(upto) = self.waits.upto(table) else {
+            return Err(Error::InvalidArgument(format!(
+                "release(table {table}): table out of range (the model has {})",
+                self.waits.tables()
+            )));
+        };
+        let core = &self.core;
+        let job = &core.jobs[table];
+        // Only the consumer (this thread, holding `&mut self`) stores it.
+        if job.consumer.released.load(Ordering::Relaxed) < upto {
+            job.consumer.released.store(upto, Ordering::Release);
+            // Without prefetch the rows are read at the wait, by the
+            // consumer: nobody to hand the room to.
+            if core.plan.mode == Mode::Overlap {
+                core.room_freed(job.ready.count(), upto);
+            }
+        }
+        Ok(())
     }
 
     fn check_wait(&self, table: usize, upto: u32) -> Result<u32> {
@@ -330,7 +368,8 @@ fn view(job: &TableJob, from: u32, upto: u32) -> RowsView<'_> {
     let first = n.min(cap - slot);
     // SAFETY: tokens from..upto are published (the wait observed the count
     // with Acquire) and the reader writes only slots of tokens >= upto and
-    // < from + ring_tokens until the next wait releases them.
+    // < from + ring_tokens until the next wait or `release` frees them;
+    // both take `&mut Prefill`, which the view borrows.
     let (a, b) = unsafe {
         (
             job.ring.slice(slot as usize * tb, first as usize * tb),
