@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The torch host (crates/engram-py/examples/torch_host.py) on the device
+# machine, `flash` profile, --scale 8 model, cold, the repository's Rust
+# sources as prompt:
+#   1. prefill, table by table (layer sweep, 8,192 tokens): `sync` (rows read
+#      at each table's layer) and `overlap`, with waits of 512 tokens and of
+#      2,048 (the whole ring), for each wheel given, REPEAT (3) repeats each;
+#   2. decode (2,048-token prefill, DECODE (300) steps): `pinned`,
+#      `resident`, `overlap` and `full` (a draft and two alternatives,
+#      right 79% at top 1 and 95% within the top 3), REPEAT repeats, with the
+#      first wheel.
+#
+#   OUT=DIR scripts/device-host.sh ENGRAM_BIN WHEEL [BASE_WHEEL]
+#
+# Results: $OUT/host.tgz (waits-BUILD-WIDTH.json and .log, decode.json and
+# .log, summary.txt). PARTS (waits decode) picks the parts. About 6 minutes
+# on 16 cores with a base wheel.
+set -euo pipefail
+bin=${1:?usage: device-host.sh ENGRAM_BIN WHEEL [BASE_WHEEL]}
+wheel=${2:?usage: device-host.sh ENGRAM_BIN WHEEL [BASE_WHEEL]}
+base=${3:-}
+out=${OUT:?set OUT to the directory the results go to}
+work=${WORK:-/tmp/engram-host}
+repeat=${REPEAT:-3}
+decode=${DECODE:-300}
+parts=${PARTS:-waits decode}
+[ -d crates ] || { echo "device-host: run it from the repository root" >&2; exit 2; }
+here=$(pwd)
+host="$here/crates/engram-py/examples/torch_host.py"
+res="$work/results"
+mkdir -p "$res"
+started=$(date +%s)
+stamp() { echo "device-host: $(( $(date +%s) - started )) s: $*" | tee -a "$res/times.txt" >&2; }
+
+builds="new"
+python3 -m pip install -q --no-index --no-deps --target "$work/site-new" "$wheel"
+if [ -n "$base" ]; then
+    python3 -m pip install -q --no-index --no-deps --target "$work/site-base" "$base"
+    builds="base new"
+fi
+{ nproc; uname -a; nvidia-smi -L; } > "$res/machine.txt" 2>&1 || true
+
+model="$work/s8/model.gguf"
+[ -f "$model" ] || "$bin" synth --preset deepseek-v4.1-flash --scale 8 --out "$work/s8" >&2
+prompt="$work/prompt.txt"
+find crates -name '*.rs' | sort | xargs cat > "$prompt"
+stamp "model and prompt ready"
+
+run_host() { # BUILD NAME ARGS...
+    local build=$1 name=$2
+    shift 2
+    PYTHONPATH="$work/site-$build" python3 "$host" --model "$model" --prompt "$prompt" \
+        --profile flash --cold --repeat "$repeat" --json "$res/$name.json" "$@" \
+        > "$res/$name.log" 2>&1 || echo "device-host: $name failed" >&2
+    stamp "$name"
+}
+
+for part in $parts; do
+    case $part in
+    waits)
+        for width in 512 2048; do
+            for build in $builds; do
+                run_host "$build" "waits-$build-$width" --sweep layer --prefill 8192 --decode 0 \
+                    --ubatch "$width" --schedule sync,overlap
+            done
+        done
+        ;;
+    decode)
+        run_host new decode --prefill 2048 --decode "$decode" \
+            --schedule pinned,resident,overlap,full
+        ;;
+    esac
+done
+
+# Per repeat: overlap's prefill stall over sync's (the engine reading at each
+# table's layer), each table's stall; decode tok/s against pinned.
+python3 - "$res" > "$res/summary.txt" <<'EOF'
+import glob, json, os, statistics, sys
+res = sys.argv[1]
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return f"{statistics.median(xs):.4g} ({min(xs):.4g}-{max(xs):.4g})" if xs else "-"
+for path in sorted(glob.glob(os.path.join(res, "waits-*.json"))):
+    runs = json.load(open(path))["results"]
+    by, idle, reach = {}, {}, {}
+    for r in runs:
+        by.setdefault(r["schedule"], {})[r["repeat"]] = r["prefill"]["stall"]
+        # The GPU's wait for rows (its idle at the Engram layers), and when
+        # the host first waited on table 1 (s from the prefill's start).
+        idle.setdefault(r["schedule"], []).append(r["prefill"]["gpu_wait_ms"] / 1e3)
+        firsts = [w[2] for w in r["prefill"]["waits"]["long"] if w[0] == 1]
+        reach.setdefault(r["schedule"], []).append(min(firsts) if firsts else None)
+    sync, over = by.get("sync", {}), by.get("overlap", {})
+    reps = sorted(set(sync) & set(over))
+    total = lambda stall: sum(stall["per_table_s"])
+    ratio = [total(over[i]) / total(sync[i]) for i in reps if total(sync[i]) > 0]
+    print(os.path.basename(path), "overlap/sync", med(ratio),
+          "sync s", med([total(sync[i]) for i in reps]),
+          "overlap s", med([total(over[i]) for i in reps]),
+          "overlap tables s", [med([over[i]["per_table_s"][t] for i in reps]) for t in (0, 1)],
+          "sync tables s", [med([sync[i]["per_table_s"][t] for i in reps]) for t in (0, 1)],
+          "GPU idle s sync", med(idle.get("sync", [])), "overlap", med(idle.get("overlap", [])),
+          "host's first blocked wait on table 1 at s", med(reach.get("overlap", [])))
+path = os.path.join(res, "decode.json")
+if os.path.exists(path):
+    for row in json.load(open(path))["summary"]:
+        print("decode", row.get("schedule"),
+              "tok/s", row.get("decode_tok_s"), "of pinned", row.get("decode_of_pinned"),
+              f"({row.get('decode_of_pinned_min')}-{row.get('decode_of_pinned_max')})",
+              "of resident", row.get("decode_of_resident"),
+              "stall mean us", row.get("decode_stall_mean_us"), "p99", row.get("decode_stall_p99_us"))
+EOF
+cat "$res/summary.txt" >&2
+tar -C "$res" -czf "$out/host.tgz" .
+stamp "done"
