@@ -1,6 +1,8 @@
 """Prefill waits of uneven sizes across ring wraps on both tables, decode
 steps with hints, and waits into caller buffers."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -173,3 +175,28 @@ def test_wait_into_checks_type_and_size_before_waiting(model):
                 s = raw_engine.sequence()
                 s.step_begin(1)
                 s.step_wait_into(0, np.zeros(24 * 264, np.float32))
+
+
+@pytest.mark.parametrize("how", ["wait", "wait_into"])
+def test_a_wait_as_wide_as_the_ring_hands_its_slots_back_once_copied(model, how):
+    # Both waits copy the rows out, so the readers refill the ring without
+    # another wait (no reuse store or page-cache warm-up to read into).
+    with small_ring(model, reuse_bytes=0, warm_page_cache=0) as e:
+        seq = e.sequence()
+        prompt = np.arange(1, 129) * 37 % e.info.vocab_size
+        ids = seq.row_ids(prompt)
+        want = expected_rows(e, 0, ids)
+        ring = e.info.max_wait_tokens
+        with seq.prefill(prompt) as pf:
+            if how == "wait":
+                got = pf.wait(0, ring)
+            else:
+                got = np.empty_like(want[:ring])
+                pf.wait_into(0, ring, got)
+            assert got.tobytes() == want[:ring].tobytes()
+            deadline = time.monotonic() + 10
+            while pf.ready_tokens(0) < 2 * ring and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert pf.ready_tokens(0) == 2 * ring
+            got = pf.wait(0, 2 * ring)
+            assert got.tobytes() == want[ring : 2 * ring].tobytes()

@@ -249,12 +249,12 @@ impl<'s> Prefill<'s> {
     /// table. Releasing twice, or before any wait, changes nothing.
     ///
     /// Why: a wait as wide as the ring holds all of it, and until it is
-    /// released the table's readers can fill nothing but the reuse store.
-    /// A host that queues its GPU work and goes straight on to its next
-    /// wait then had reads for that wait start only as it asked for them
-    /// (the torch host's 2,048-token waits stalled 0.772x of reading at
-    /// the layer against 0.646x for 512-token ones;
-    /// docs/log/2026-12-06-hint-threads.md).
+    /// released the table's readers can fill nothing but the reuse store,
+    /// however long the consumer then computes before its next wait. In
+    /// the torch host, which queues its GPU work and goes straight on to
+    /// the next wait, it changed nothing measurable (H100 host, 2,048-token
+    /// waits: `overlap` stall 1.910 against 1.889 s and 2.326 against
+    /// 2.361 s in two runs; docs/log/2026-12-06-release-and-hint-point.md).
     pub fn release(&mut self, table: usize) -> Result<()> {
         let Some(upto) = self.waits.upto(table) else {
             return Err(Error::InvalidArgument(format!(
