@@ -37,6 +37,10 @@ pub struct BenchConfig {
     /// Tokens one prefill wait asks for at least (0: one chunk; see
     /// [`Drive::wait_tokens`]).
     pub wait_tokens: usize,
+    /// The engine schedules keep a prefill wait's rows until the next wait
+    /// on the table (a host computing on them in place) instead of handing
+    /// them back once taken (a host copying them out).
+    pub hold_rows: bool,
     /// Schedules, in the order run.
     pub schedules: Vec<ScheduleKind>,
     /// Hints offered to `full`.
@@ -68,6 +72,7 @@ impl Default for BenchConfig {
             sweep: Sweep::Layer,
             ubatch: 512,
             wait_tokens: 0,
+            hold_rows: false,
             schedules: ScheduleKind::ALL.to_vec(),
             hints: HintMode::DEFAULT,
             cold: true,
@@ -181,6 +186,7 @@ pub fn run_bench(
         sweep: config.sweep.name().to_string(),
         ubatch: config.ubatch,
         wait_tokens: config.wait_tokens,
+        hold_rows: config.hold_rows,
         hints: config.hints.label(),
         cold: config.cold,
         direct: config.io.direct,
@@ -225,6 +231,7 @@ fn run_one(
         hot: hot.cloned(),
         prefill_order: config.sweep.prefill_order(),
         ubatch: config.ubatch,
+        hold_rows: config.hold_rows,
     };
     if config.cold {
         device::evict_tables(model, |_, _| {})?;

@@ -28,6 +28,9 @@ pub struct Report {
     pub ubatch: usize,
     /// Tokens one prefill wait asks for at least (0: one chunk).
     pub wait_tokens: usize,
+    /// The engine schedules kept each prefill wait's rows until the next
+    /// wait (`--hold-rows`) instead of handing them back once taken.
+    pub hold_rows: bool,
     /// Hints given to `full`.
     pub hints: String,
     /// Table files evicted from the page cache before each schedule.

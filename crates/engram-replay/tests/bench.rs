@@ -361,3 +361,38 @@ fn a_corpus_directory_is_read_in_name_order() {
     let none = prompt::corpus(empty.path(), 10, 0).unwrap_err();
     assert!(none.to_string().contains("no prompt file"), "{none}");
 }
+
+#[test]
+fn rows_handed_back_once_taken_give_the_output_of_rows_held_to_the_next_wait() {
+    // Waits as wide as the engine's ring (2,048 tokens) over a longer
+    // prompt: once a wait's rows are handed back, the readers overwrite
+    // their slots with the next window's, so a copy taken after that would
+    // change the output.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let (prefill, decode) = (3_000, 2);
+    let text = prompt::repository_text(&root, prefill + decode).unwrap();
+    let all = prompt::tokenize(&text).unwrap();
+    let prompts = [Prompt::split("wide", all, prefill, decode).unwrap()];
+    let sums: Vec<String> = [false, true]
+        .into_iter()
+        .flat_map(|hold_rows| {
+            let config = BenchConfig {
+                compute: ComputeSpec::parse("cpu:layers=15,dim=16,heads=2,ffn=32,conv=3").unwrap(),
+                ubatch: 512,
+                wait_tokens: 2_048,
+                hold_rows,
+                schedules: ScheduleKind::parse_list("sync,overlap").unwrap(),
+                hints: HintMode::None,
+                ..BenchConfig::default()
+            };
+            let report = bench_config(&config, &prompts);
+            assert_eq!(report.hold_rows, hold_rows);
+            first_run(&report)
+                .iter()
+                .map(|s| s.output_checksum.clone().expect("a checksum"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(!sums[0].starts_with("error"), "{}", sums[0]);
+    assert!(sums.iter().all(|s| *s == sums[0]), "{sums:?}");
+}

@@ -46,6 +46,7 @@ fn setup(model: &Model) -> ScheduleSetup<'_> {
         hot: None,
         prefill_order: Default::default(),
         ubatch: UBATCH as usize,
+        hold_rows: false,
     }
 }
 

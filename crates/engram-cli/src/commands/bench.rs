@@ -81,6 +81,12 @@ pub struct Args {
     /// through its layer. At most the engine's ring (2,048 by default).
     #[arg(long, default_value_t = 0)]
     pub wait_tokens: usize,
+    /// Keep each prefill wait's rows until the next wait on the table, as
+    /// a host that computes on the engine's memory in place does. By
+    /// default the replay hands them back once it has taken them, as a
+    /// host that copies them out (to a GPU) does.
+    #[arg(long)]
+    pub hold_rows: bool,
     /// Hints for `full`: none, lookup (the engine's prompt lookup),
     /// draft:P (an MTP-like draft chain of the next 2 tokens, each right
     /// with probability P) or draft:P,Q (the same, and the next token's
@@ -169,6 +175,7 @@ impl Args {
             sweep: Sweep::parse(&self.sweep)?,
             ubatch: self.ubatch,
             wait_tokens: self.wait_tokens,
+            hold_rows: self.hold_rows,
             schedules,
             hints: HintMode::parse(&self.hints)?,
             cold: self.cold,

@@ -21,6 +21,7 @@ pub struct EngineSchedule {
     _engine: OpenEngine,
     kind: ScheduleKind,
     f32_rows: bool,
+    hold_rows: bool,
 }
 
 impl EngineSchedule {
@@ -56,6 +57,7 @@ impl EngineSchedule {
             _engine: engine,
             kind,
             f32_rows: setup.f32_rows,
+            hold_rows: setup.hold_rows,
         })
     }
 }
@@ -66,9 +68,13 @@ impl Schedule for EngineSchedule {
     }
 
     fn prefill<'a>(&'a mut self, tokens: &[u32]) -> Result<Box<dyn PrefillRun + 'a>> {
-        let f32_rows = self.f32_rows;
+        let (f32_rows, hold_rows) = (self.f32_rows, self.hold_rows);
         let prefill = self.sequence.prefill(tokens, None)?;
-        Ok(Box::new(EnginePrefill { prefill, f32_rows }))
+        Ok(Box::new(EnginePrefill {
+            prefill,
+            f32_rows,
+            hold_rows,
+        }))
     }
 
     fn step_begin(&mut self, token: u32, stall: &mut [Duration]) -> Result<()> {
@@ -103,6 +109,7 @@ impl Schedule for EngineSchedule {
 struct EnginePrefill<'a> {
     prefill: Prefill<'a>,
     f32_rows: bool,
+    hold_rows: bool,
 }
 
 impl PrefillRun for EnginePrefill<'_> {
@@ -116,6 +123,11 @@ impl PrefillRun for EnginePrefill<'_> {
         let stall = started.elapsed();
         if self.f32_rows {
             copy_rows(&view, rows);
+        }
+        // The rows are taken (a GPU host has copied them out): their ring
+        // slots go back to the readers while the layer computes.
+        if !self.hold_rows {
+            self.prefill.release(table)?;
         }
         Ok(stall)
     }

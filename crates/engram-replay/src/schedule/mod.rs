@@ -164,6 +164,10 @@ pub struct ScheduleSetup<'a> {
     /// Tokens per prefill forward call (the replay's ubatch): `freetoken`
     /// issues one fill per call.
     pub ubatch: usize,
+    /// The engine schedules keep a prefill wait's rows until the next wait
+    /// on the table instead of releasing them once taken
+    /// ([`engram::prefetch::Prefill::release`]).
+    pub hold_rows: bool,
 }
 
 /// The row ids of `tokens` appended to `history` (`[token][table][column]`)
