@@ -11,7 +11,9 @@
 #   2. decode (2,048-token prefill, DECODE (300) steps): `pinned`,
 #      `resident`, `overlap` and `full` (a draft and two alternatives,
 #      right 79% at top 1 and 95% within the top 3), REPEAT repeats, with the
-#      first wheel.
+#      first wheel;
+#   3. floor (not run unless PARTS names it): `resident` against `pinned`
+#      in decode, its step copy from each source, and their kernel traces.
 #
 #   OUT=DIR scripts/device-host.sh ENGRAM_BIN WHEEL [BASE_WHEEL]
 #
@@ -79,6 +81,23 @@ for part in $parts; do
         run_host new decode --prefill 2048 --decode "$decode" \
             --schedule pinned,resident,overlap,full
         ;;
+    floor)
+        # Why `resident` decodes slower than `pinned`: its step copy from
+        # the device (a memcpy), by a copy kernel, and from pinned host
+        # memory; the host busy 200 us before each table's rows as
+        # `pinned`'s gather keeps it; then 20 profiled steps of each, whose
+        # traces' idle gaps scripts/trace_gaps.py sorts by where they fall.
+        for copy in device kernel host; do
+            run_host new "floor-$copy" --prefill 2048 --decode "$decode" \
+                --schedule resident,pinned --resident-copy "$copy"
+        done
+        run_host new floor-spin --prefill 2048 --decode "$decode" \
+            --schedule resident,pinned --resident-host-us 200
+        run_host new floor-profile --prefill 2048 --decode 100 --repeat 1 \
+            --schedule resident,pinned --profile-steps 20
+        python3 "$here/scripts/trace_gaps.py" "$res"/floor-profile.json.profile-*.trace.json \
+            > "$res/trace-gaps.txt" 2>&1 || true
+        ;;
     esac
 done
 
@@ -129,6 +148,14 @@ for path in sorted(glob.glob(os.path.join(res, "waits-*.json"))):
                   "over the floor %.4g" % row["prefill_gpu_idle_over_floor"],
                   "compute s %.4g" % (row["prefill_floor_s"] / row["prefill_floor_of_compute"]
                                       if row["prefill_floor_of_compute"] else float("nan")))
+for path in sorted(glob.glob(os.path.join(res, "floor-*.json"))):
+    for r in json.load(open(path))["results"]:
+        segs = {k: round(v) for k, v in r["decode"]["gpu_us_per_step"].items()}
+        print(os.path.basename(path), r["schedule"], r["repeat"],
+              "tok/s %.2f" % r["decode"]["tok_s"], "GPU us a step", segs)
+    for row in json.load(open(path))["summary"]:
+        print("   ", row.get("schedule"), "of pinned", row.get("decode_of_pinned"),
+              f"({row.get('decode_of_pinned_min')}-{row.get('decode_of_pinned_max')})")
 path = os.path.join(res, "decode.json")
 if os.path.exists(path):
     for row in json.load(open(path))["summary"]:
@@ -138,6 +165,6 @@ if os.path.exists(path):
               "of resident", row.get("decode_of_resident"),
               "stall mean us", row.get("decode_stall_mean_us"), "p99", row.get("decode_stall_p99_us"))
 EOF
-cat "$res/summary.txt" >&2
+cat "$res/summary.txt" "$res/trace-gaps.txt" >&2 2>/dev/null || true
 tar -C "$res" -czf "$out/host.tgz" .
 stamp "done"

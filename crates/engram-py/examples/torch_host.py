@@ -117,7 +117,8 @@ class Host:
         self.resident = rows.gpu
         # `resident`'s decode rows: per table, every step's gathered once,
         # before the run, from the device copy (`step_rows`).
-        self.step_rows = (step_rows(rows.gpu, args.prefill, args.prefill + args.decode)
+        self.step_rows = (step_rows(rows.gpu, args.prefill, args.prefill + args.decode,
+                                    args.resident_copy)
                           if schedule == "resident" else None)
         self.in_memory = rows.host
         self.reads = rows.reads  # per table and prefix, for the floor
@@ -170,9 +171,11 @@ class Host:
                 # host fetches them: whether the graphs' own time depends on
                 # being launched back to back.
                 self.compute.synchronize()
-                until = time.perf_counter() + self.args.resident_gap_us / 1e6
-                while time.perf_counter() < until:
-                    pass
+                busy(self.args.resident_gap_us)
+            if self.args.resident_host_us:
+                # The host busy this long before each table's rows, the GPU
+                # left running: as `pinned`'s gather keeps it.
+                busy(self.args.resident_host_us)
             src = self.step_rows[seg.table][pos - self.args.prefill]
             if self.args.resident_copy_stream and self.compute is not None:
                 # A diagnostic: the copy on a stream of its own, which the
@@ -183,7 +186,7 @@ class Host:
                     seg.rows.copy_(src)
                 self.compute.wait_stream(side)
                 return
-            seg.rows.copy_(src)
+            seg.rows.copy_(src, non_blocking=True)
             return
         self.rows.deliver(seg.table, 1, fill, out=seg.rows)
 
@@ -358,8 +361,8 @@ class Host:
 
 class DecodeProfile:
     """A diagnostic (--profile-steps N): `torch.profiler` over N decode
-    steps from the 50th, each kernel's total GPU time written beside the
-    --json file, one file per schedule and run."""
+    steps from the 50th, each kernel's total GPU time and a Chrome trace
+    written beside the --json file, one of each per schedule and run."""
 
     def __init__(self, args, schedule: str):
         self.steps, self.prof = args.profile_steps, None
@@ -385,6 +388,9 @@ class DecodeProfile:
         with open(self.path, "w") as f:
             key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
             f.write(self.prof.key_averages().table(sort_by=key, row_limit=40))
+        # Every kernel's and copy's start and duration on the device, to
+        # tell idle time between kernels apart by where it falls.
+        self.prof.export_chrome_trace(self.path.replace(".txt", ".trace.json"))
         self.prof, self.steps = None, 0
 
 
@@ -453,12 +459,36 @@ def resident_rows(args, engine, ids: np.ndarray, device) -> InMemoryRows:
     return InMemoryRows(gpu, host, unique_reads(ids, engine.info))
 
 
-def step_rows(gpu: list, lo: int, hi: int) -> list:
+def busy(us: float):
+    """Keeps the host thread busy (not asleep) for `us` microseconds."""
+    until = time.perf_counter() + us / 1e6
+    while time.perf_counter() < until:
+        pass
+
+
+def step_rows(gpu: list, lo: int, hi: int, copy: str = "device") -> list:
     """Per table of `gpu` (`InMemoryRows.gpu`), the rows of tokens [lo, hi)
     gathered into one device tensor `[hi - lo, rows_per_token, width]` (raw
     or f32, as delivered), as its one-token views `[1, rows_per_token,
-    width]`, so a decode step takes its rows with no index, slice or gather."""
-    return [rows[index[lo:hi]].split(1) for index, rows in gpu]
+    width]`, so a decode step takes its rows with no index, slice or gather.
+
+    `copy` (--resident-copy, a diagnostic) says where a step's copy comes
+    from: "device" the views above (a device-to-device memcpy), "kernel"
+    strided views of them (torch copies those with a kernel on the SMs, not
+    a memcpy), "host" the same rows in pinned host memory (a host-to-device
+    copy as `pinned`'s, with no gather on the host)."""
+    steps = []
+    for index, rows in gpu:
+        gathered = rows[index[lo:hi]]
+        if copy == "kernel":
+            spaced = torch.zeros(gathered.shape[:-1] + (2 * gathered.shape[-1],),
+                                 dtype=gathered.dtype, device=gathered.device)
+            spaced[..., ::2] = gathered
+            gathered = spaced[..., ::2]
+        elif copy == "host" and gathered.is_cuda:
+            gathered = gathered.cpu().pin_memory()
+        steps.append(gathered.split(1))
+    return steps
 
 
 def raw_decode_problem(info) -> str | None:
@@ -589,14 +619,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resident-copy-stream", action="store_true",
                    help="a diagnostic of resident's decode: its device-to-device copy on a "
                         "stream of its own that the compute stream waits for")
+    p.add_argument("--resident-copy", choices=("device", "kernel", "host"), default="device",
+                   help="a diagnostic of resident's decode: where each step's rows are copied "
+                        "from: the device (a memcpy), the device by a copy kernel, or pinned "
+                        "host memory (a host-to-device copy, as pinned's, without its gather)")
     p.add_argument("--compute-stream", action="store_true",
                    help="a diagnostic: run on a created CUDA stream, not the default one")
     p.add_argument("--profile-steps", type=int, default=0,
                    help="a diagnostic: torch.profiler over this many decode steps from the "
-                        "50th, kernel times written beside --json")
+                        "50th, kernel times and a Chrome trace written beside --json "
+                        "(scripts/trace_gaps.py reads the trace)")
     p.add_argument("--resident-gap-us", type=float, default=0.0,
                    help="a diagnostic of resident's decode: the GPU idles this long before "
                         "each table's rows (the host synchronizes, then waits)")
+    p.add_argument("--resident-host-us", type=float, default=0.0,
+                   help="a diagnostic of resident's decode: the host spins this long before "
+                        "each table's rows without waiting for the GPU")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--no-side-stream", dest="side_stream", action="store_false",
                    help="copy rows on the compute stream (a check of the copy path)")
