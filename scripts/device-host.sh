@@ -149,6 +149,8 @@ for path in sorted(glob.glob(os.path.join(res, "waits-*.json"))):
                   "compute s %.4g" % (row["prefill_floor_s"] / row["prefill_floor_of_compute"]
                                       if row["prefill_floor_of_compute"] else float("nan")))
 for path in sorted(glob.glob(os.path.join(res, "floor-*.json"))):
+    if ".profile-" in path:
+        continue  # a profiled run's Chrome trace (trace-gaps.txt reads them)
     for r in json.load(open(path))["results"]:
         segs = {k: round(v) for k, v in r["decode"]["gpu_us_per_step"].items()}
         print(os.path.basename(path), r["schedule"], r["repeat"],

@@ -15,11 +15,13 @@ GPU (``DeviceRows.decoder``, inside the decode graphs too). In decode the
 host calls ``step_begin`` as soon as the sampled token is on the host.
 
 Schedules:
-  resident  the floor: the rows already on the GPU (a device copy, no storage,
-            no engine). Prefill gathers each chunk's there; decode gathers
-            every step's before the run, and each step copies its rows
-            device-to-device into the buffer the graph reads, where the
-            others copy from the host. The summary's ``of_resident`` is
+  resident  the floor: the rows read before the run (no storage, no engine).
+            Prefill gathers each chunk's from a device copy; decode gathers
+            every step's before the run into pinned host memory, and each
+            step copies its rows into the buffer the graph reads, as every
+            schedule does, with no gather on the host (rows copied from
+            device memory there slowed this GPU's graphs by 8%:
+            docs/log/2026-12-06-resident-floor.md). The summary's ``of_resident`` is
             against it; where ``pinned`` ran too, ``of_pinned`` beside it, and
             ``resident``'s row says whether it was the slower of the two
             (``floor_below_pinned``: then ratios to it flatter the engine)
@@ -84,9 +86,7 @@ class Stage:
 
     One stage serves every run of a process, so every schedule's graphs
     read the same weights at the same device addresses and only the rows'
-    delivery differs between schedules. (`resident` still decodes 8% slower
-    than `pinned` on one stage, as it did with a decoder per run:
-    docs/log/2026-12-06-hint-threads.md, "The torch host's decode floor".)"""
+    delivery differs between schedules."""
 
     def __init__(self, args, info):
         device = torch.device(args.device)
@@ -116,7 +116,8 @@ class Host:
         self.engram_layers = {layer: t for t, layer in enumerate(info.layer_ids)}
         self.resident = rows.gpu
         # `resident`'s decode rows: per table, every step's gathered once,
-        # before the run, from the device copy (`step_rows`).
+        # before the run, from the device copy into pinned host memory
+        # (`step_rows`; --resident-copy).
         self.step_rows = (step_rows(rows.gpu, args.prefill, args.prefill + args.decode,
                                     args.resident_copy)
                           if schedule == "resident" else None)
@@ -162,9 +163,9 @@ class Host:
         were the engine's wait, and `pinned`'s (no engine) 190 us
         (docs/log/2026-12-gpu.md, "Where `overlap`'s decode loss is").
         DeviceRows makes no event or view there. Under `resident` the host
-        launches one device-to-device copy, on the compute stream, from the
-        step's rows gathered before the run: the same graphs read the same
-        bytes, and the host does the least it can between them."""
+        launches one copy, on the compute stream, from the step's rows
+        gathered before the run: the same graphs read the same bytes, and
+        the host does the least it can between them."""
         if self.step_rows is not None:
             if self.args.resident_gap_us and self.compute is not None:
                 # The GPU idles before each table's rows, as it may while a
@@ -472,11 +473,14 @@ def step_rows(gpu: list, lo: int, hi: int, copy: str = "device") -> list:
     or f32, as delivered), as its one-token views `[1, rows_per_token,
     width]`, so a decode step takes its rows with no index, slice or gather.
 
-    `copy` (--resident-copy, a diagnostic) says where a step's copy comes
-    from: "device" the views above (a device-to-device memcpy), "kernel"
-    strided views of them (torch copies those with a kernel on the SMs, not
-    a memcpy), "host" the same rows in pinned host memory (a host-to-device
-    copy as `pinned`'s, with no gather on the host)."""
+    `copy` (--resident-copy) says where a step's copy comes from: "host"
+    (the default) the same rows in pinned host memory (a host-to-device
+    copy as every schedule's, with no gather on the host); as diagnostics,
+    "device" the views above (a device-to-device memcpy) and "kernel"
+    strided views of them (torch copies those with a kernel on the SMs).
+    On an H100 host the graphs after a copy from device memory ran their
+    kernels 0.3 us further apart, 8% of a `flash` step
+    (docs/log/2026-12-06-resident-floor.md)."""
     steps = []
     for index, rows in gpu:
         gathered = rows[index[lo:hi]]
@@ -619,10 +623,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resident-copy-stream", action="store_true",
                    help="a diagnostic of resident's decode: its device-to-device copy on a "
                         "stream of its own that the compute stream waits for")
-    p.add_argument("--resident-copy", choices=("device", "kernel", "host"), default="device",
-                   help="a diagnostic of resident's decode: where each step's rows are copied "
-                        "from: the device (a memcpy), the device by a copy kernel, or pinned "
-                        "host memory (a host-to-device copy, as pinned's, without its gather)")
+    p.add_argument("--resident-copy", choices=("host", "device", "kernel"), default="host",
+                   help="where resident's decode copies each step's rows from: pinned host "
+                        "memory (the default: a host-to-device copy, as every schedule's, "
+                        "without a gather), or, as diagnostics, the device (a memcpy) or the "
+                        "device by a copy kernel (both slow this GPU's graphs: "
+                        "docs/log/2026-12-06-resident-floor.md)")
     p.add_argument("--compute-stream", action="store_true",
                    help="a diagnostic: run on a created CUDA stream, not the default one")
     p.add_argument("--profile-steps", type=int, default=0,
