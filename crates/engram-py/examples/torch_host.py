@@ -621,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a decoder and row buffers made for each run (as before) instead of "
                         "one shared by every run")
     p.add_argument("--resident-copy-stream", action="store_true",
-                   help="a diagnostic of resident's decode: its device-to-device copy on a "
+                   help="a diagnostic of resident's decode: its step copy on a "
                         "stream of its own that the compute stream waits for")
     p.add_argument("--resident-copy", choices=("host", "device", "kernel"), default="host",
                    help="where resident's decode copies each step's rows from: pinned host "
