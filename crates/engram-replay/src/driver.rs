@@ -290,7 +290,15 @@ fn decode(
     for (i, &token) in continuation.iter().enumerate() {
         let mut stall = vec![Duration::ZERO; tables];
         compute.begin_step(token);
+        // The whole call is stall: the forward pass cannot start the step
+        // until it returns, whatever it did (hash the token, queue reads,
+        // read). What the schedule did not put on a table of its own (a
+        // read at `step_begin`) goes to the first table, whose layer the
+        // delay reaches first.
+        let started = Instant::now();
         schedule.step_begin(token, &mut stall)?;
+        let attributed: Duration = stall.iter().sum();
+        stall[0] += started.elapsed().saturating_sub(attributed);
         let mut hint_call = Duration::ZERO;
         if let Some(drafter) = drafter.as_mut() {
             let offer = drafter.offer(continuation, i);
@@ -322,6 +330,9 @@ mod tests {
     use super::*;
     use crate::schedule::IoCounters;
 
+    /// How long the fake schedule's `step_begin` keeps the forward thread.
+    const BEGIN_WORK: Duration = Duration::from_millis(2);
+
     /// What the fakes saw, in order.
     type Log = Arc<Mutex<Vec<String>>>;
 
@@ -345,7 +356,9 @@ mod tests {
         }
         fn step_begin(&mut self, token: u32, stall: &mut [Duration]) -> Result<()> {
             self.0.lock().unwrap().push(format!("begin {token}"));
+            // A read of table 1 here, and forward-thread work besides.
             stall[1] += Duration::from_micros(5);
+            std::thread::sleep(BEGIN_WORK);
             Ok(())
         }
         fn step_wait(&mut self, table: usize, rows: Option<&mut Vec<f32>>) -> Result<Duration> {
@@ -519,7 +532,13 @@ mod tests {
         let expected = events(&groups.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(log, expected);
         let micros = Duration::from_micros;
-        assert_eq!(m.step_stall, vec![vec![micros(10), micros(25)]; 3]);
+        // `step_begin`'s own time is stall too: what the schedule put on
+        // table 1 stays there, the rest goes to table 0.
+        for stall in &m.step_stall {
+            assert_eq!(stall[1], micros(25));
+            assert!(stall[0] >= micros(10) + BEGIN_WORK - micros(5), "{stall:?}");
+        }
+        assert_eq!(m.step_stall.len(), 3);
         // One hint call time per step; the last step had nothing to hint.
         assert_eq!(m.hint_call.len(), 3);
         assert_eq!(m.hint_call[2], Duration::ZERO);

@@ -295,9 +295,10 @@ pub trait Schedule {
     /// Starts the prefill of `tokens`, before layer 0 runs.
     fn prefill<'a>(&'a mut self, tokens: &[u32]) -> Result<Box<dyn PrefillRun + 'a>>;
 
-    /// Appends `token` as a decode step. A schedule that blocks here (a
-    /// synchronous read, or the previous step's reads) adds the time to
-    /// `stall[table]`.
+    /// Appends `token` as a decode step. The driver counts the whole call
+    /// as stall; a schedule that reads a table's rows here adds that time
+    /// to `stall[table]` so it is put on that table, and the rest goes to
+    /// table 0.
     fn step_begin(&mut self, token: u32, stall: &mut [Duration]) -> Result<()>;
 
     /// Blocks until the current step's rows of `table` are there, at the
