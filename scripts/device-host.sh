@@ -12,7 +12,10 @@
 #      `resident`, `overlap` and `full` (a draft and two alternatives,
 #      right 79% at top 1 and 95% within the top 3), REPEAT repeats, with the
 #      first wheel;
-#   3. floor (not run unless PARTS names it): `resident` against `pinned`
+#   3. decode-sync (not run unless PARTS names it): the same decode with
+#      `--step-edge sync` (each step launched after the host's sync on the
+#      last), against the default edge;
+#   4. floor (not run unless PARTS names it): `resident` against `pinned`
 #      in decode, its step copy from each source, and their kernel traces.
 #
 #   OUT=DIR scripts/device-host.sh ENGRAM_BIN WHEEL [BASE_WHEEL]
@@ -80,6 +83,13 @@ for part in $parts; do
     decode)
         run_host new decode --prefill 2048 --decode "$decode" \
             --schedule pinned,resident,overlap,full
+        ;;
+    decode-sync)
+        # The same, each step launched after the host's sync on the whole
+        # last step (the edge before `--step-edge ahead`): what queuing the
+        # next step's lead layers behind the sampled token is worth.
+        run_host new decode-sync --prefill 2048 --decode "$decode" \
+            --schedule pinned,resident,overlap,full --step-edge sync
         ;;
     floor)
         # Why `resident` decodes slower than `pinned`: its step copy from
@@ -158,13 +168,21 @@ for path in sorted(glob.glob(os.path.join(res, "floor-*.json"))):
     for row in json.load(open(path))["summary"]:
         print("   ", row.get("schedule"), "of pinned", row.get("decode_of_pinned"),
               f"({row.get('decode_of_pinned_min')}-{row.get('decode_of_pinned_max')})")
-path = os.path.join(res, "decode.json")
-if os.path.exists(path):
+for name in ("decode", "decode-sync"):
+    path = os.path.join(res, f"{name}.json")
+    if not os.path.exists(path):
+        continue
+    for r in json.load(open(path))["results"]:
+        segs = {k: round(v) for k, v in r["decode"]["gpu_us_per_step"].items()}
+        host = {k: round(v) for k, v in r["decode"]["host_us_per_step"].items()}
+        print(name, r["schedule"], r["repeat"], "tok/s %.2f" % r["decode"]["tok_s"],
+              "GPU us a step", segs, "host us a step", host)
     for row in json.load(open(path))["summary"]:
-        print("decode", row.get("schedule"),
+        print(name, row.get("schedule"),
               "tok/s", row.get("decode_tok_s"), "of pinned", row.get("decode_of_pinned"),
               f"({row.get('decode_of_pinned_min')}-{row.get('decode_of_pinned_max')})",
               "of resident", row.get("decode_of_resident"),
+              f"({row.get('decode_of_resident_min')}-{row.get('decode_of_resident_max')})",
               "stall mean us", row.get("decode_stall_mean_us"), "p99", row.get("decode_stall_p99_us"))
 EOF
 cat "$res/summary.txt" "$res/trace-gaps.txt" >&2 2>/dev/null || true

@@ -12,7 +12,12 @@ SwiGLU MLP. Rows reach the GPU as a runtime would move them, through
 stream waits on the copy's event right before the Engram block, which marks
 the rows consumed once its kernels are queued; raw rows are decoded on the
 GPU (``DeviceRows.decoder``, inside the decode graphs too). In decode the
-host calls ``step_begin`` as soon as the sampled token is on the host.
+host queues the next step's embedding and the layers before its first
+Engram block behind the sampled token (read by the embedding on the
+device), waits for the token's copy alone, and calls ``step_begin`` as
+soon as the token is on the host, while the GPU runs those layers
+(``--step-edge sync``: the host waits for the whole step and launches the
+next after ``step_begin``).
 
 Schedules:
   resident  the floor: the rows read before the run (no storage, no engine).
@@ -283,40 +288,70 @@ class Host:
         # the end: hashing it on the host each step would put a copy and a
         # sync between the sampled token and the next `step_begin`.
         finals = torch.empty(k, self.model.dim, dtype=self.model.dtype, device=self.device)
+        segments = self.model.segments
+        # The segments before the first Engram block need no rows: under
+        # `--step-edge ahead` they are launched with the embedding before
+        # the host has the sampled token.
+        lead = next((i for i, seg in enumerate(segments) if seg.table is not None),
+                    len(segments))
+        ahead = self.args.step_edge == "ahead"
+        cuda = self.compute is not None
+        if ahead:
+            # The teacher's tokens on the device, read at the step's
+            # position by the embedding, as a runtime's embedding reads the
+            # token its sampler left on the device.
+            tokens_dev = torch.from_numpy(self.tokens.astype(np.int64)).to(self.device)
+            sampled = torch.empty(1, dtype=torch.long, pin_memory=cuda)
+            sampled_ready = torch.cuda.Event() if cuda else None
         step_s = []
         self.sync()
         started = time.perf_counter()
         clock = HostClock()  # the host's time per part of a step
         profiling = DecodeProfile(self.args, self.schedule)
+
+        def launch_front(s: int) -> torch.Tensor:
+            """Step `s`'s embedding and the segments before its first
+            Engram block, queued; returns their hidden state."""
+            pos = n + s
+            if ahead:
+                self.model.pos.fill_(pos)
+                h = self.model.embed_at(tokens_dev, self.model.pos)
+            else:
+                h = self.model.embed_tokens(self.tokens[pos:pos + 1])
+                self.model.pos.fill_(pos)
+            clock.lap("embed")
+            for i in range(lead):
+                h = self.run_segment(i, h)
+                clock.lap(f"launch{i}")
+            return h
+
         with GcClock() as collector:
+            h = None
             for s in range(k):
                 profiling.at(s)
                 t0 = time.perf_counter()
-                clock.restart()
+                if s == 0 or not ahead:
+                    clock.restart()
                 pos = n + s
                 token = int(self.tokens[pos])
                 guess = None
+                if ahead and s == 0:
+                    h = launch_front(0)
                 if seq is not None:
                     seq.step_begin(token)  # the token is on the host: reads start now
                     clock.lap("step_begin")
                     if self.schedule == "full" and pos + 1 < len(self.tokens):
                         guess = offer_hints(drafts, int(self.tokens[pos + 1]), self.args, vocab)
                 self.timeline.mark("between")  # the sampling sync and the host's turn
-                h = self.model.embed_tokens(self.tokens[pos:pos + 1])
-                self.model.pos.fill_(pos)
-                clock.lap("embed")
-                for i, seg in enumerate(self.model.segments):
+                if not ahead:
+                    h = launch_front(s)
+                for i in range(lead, len(segments)):
+                    seg = segments[i]
                     if seg.table is not None:
                         self.deliver_step(seg, pos, self.step_source(seq, seg.table, pos))
                         self.timeline.mark(f"rows{seg.table}")  # idle until this table's rows
                         clock.lap(f"rows{seg.table}")
-                    if seg.graph is None:
-                        seg.h_in = h
-                    elif seg.h_in is not h:
-                        seg.h_in.copy_(h)
-                    h = seg.run()
-                    self.timeline.mark(f"segment{i}")
-                    self.step_done(seg)
+                    h = self.run_segment(i, h)
                     clock.lap(f"launch{i}")
                     if seg.table is not None and guess is not None:
                         # Once the first table's rows are delivered and the
@@ -330,11 +365,28 @@ class Host:
                         clock.lap("hint")
                 logits = rmsnorm(h) @ self.model.head.T
                 clock.lap("head")
-                _sampled = int(logits.argmax())  # the sampling sync of a real runtime
-                clock.lap("sample")
-                self.timeline.mark("head")
                 finals[s].copy_(h[0])
                 clock.lap("digest")
+                if not ahead:
+                    _sampled = int(logits.argmax())  # the sampling sync of a real runtime
+                    clock.lap("sample")
+                    self.timeline.mark("head")
+                    step_s.append(time.perf_counter() - t0)
+                    continue
+                # The token comes to the host by an event on its copy alone,
+                # so the next step's embedding and lead segments, queued
+                # behind it, keep the GPU busy while the host takes it and
+                # begins the step.
+                sampled.copy_(logits.argmax().reshape(1), non_blocking=True)
+                if cuda:
+                    sampled_ready.record(self.compute)
+                self.timeline.mark("head")
+                if s + 1 < k:
+                    h = launch_front(s + 1)
+                if cuda:
+                    sampled_ready.synchronize()  # the sampling sync of a real runtime
+                _sampled = int(sampled[0])
+                clock.lap("sample")
                 step_s.append(time.perf_counter() - t0)
         profiling.finish()
         wall = time.perf_counter() - started
@@ -352,6 +404,18 @@ class Host:
                 "gpu_wait_ms": (sum(v for key, v in gpu_ms.items() if key.startswith("rows"))
                                 if self.compute is not None else None),
                 "checksum": digest.hexdigest()}
+
+    def run_segment(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """Launches decode segment `i` on hidden state `h`; returns its output."""
+        seg = self.model.segments[i]
+        if seg.graph is None:
+            seg.h_in = h
+        elif seg.h_in is not h:
+            seg.h_in.copy_(h)
+        h = seg.run()
+        self.timeline.mark(f"segment{i}")
+        self.step_done(seg)
+        return h
 
     def gpu_wait_ms(self) -> float:
         self.sync()
@@ -641,6 +705,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resident-host-us", type=float, default=0.0,
                    help="a diagnostic of resident's decode: the host spins this long before "
                         "each table's rows without waiting for the GPU")
+    p.add_argument("--step-edge", choices=("ahead", "sync"), default="ahead",
+                   help="decode: ahead (the default) queues the next step's embedding and the "
+                        "segments before its first Engram block behind the sampled token's copy "
+                        "and then waits for that copy alone, as an asynchronous runtime does; "
+                        "sync waits for the whole step and launches the next one after "
+                        "step_begin (the host's work at the step's edge then idles the GPU)")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--no-side-stream", dest="side_stream", action="store_false",
                    help="copy rows on the compute stream (a check of the copy path)")

@@ -244,6 +244,12 @@ class Decoder:
         idx = torch.from_numpy(tokens.astype(np.int64) % self.embed.shape[0]).to(self.device)
         return self.embed[idx]
 
+    def embed_at(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """`embed_tokens` of the token at `pos` (a 1-element device tensor)
+        of `tokens` (a device tensor): kernels only, no host value, so it
+        can be queued before the host knows the token."""
+        return self.embed.index_select(0, tokens.index_select(0, pos) % self.embed.shape[0])
+
 
 def decode_layer_us(dim: int, heads: int, ffn: int, max_len: int, device: torch.device,
                     replays: int = 60) -> float:

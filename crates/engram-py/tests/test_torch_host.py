@@ -79,6 +79,23 @@ def test_runs_on_one_stage_hash_as_runs_on_stages_of_their_own(model, tokens_fil
     assert len(sums) == 1, sums
 
 
+def test_both_step_edges_hash_alike(model, tokens_file, tmp_path):
+    """The next step's embedding queued ahead of the sampled token (read
+    from the device at the step's position) and the step launched after the
+    sync give the same hidden states, with the engine's rows and without."""
+    sums = set()
+    for edge in ("ahead", "sync"):
+        out = tmp_path / f"edge-{edge}.json"
+        assert torch_host.main(args_for(model, tokens_file, out, "--step-edge", edge,
+                                        "--schedule", "resident,full")) == 0
+        doc = json.loads(out.read_text())
+        assert doc["args"]["step_edge"] == edge
+        full = next(r for r in doc["results"] if r["schedule"] == "full")
+        assert full["decode"]["stall"]["per_token_us"]["count"] == 12
+        sums |= {r["decode"]["checksum"] for r in doc["results"]}
+    assert len(sums) == 1, sums
+
+
 def test_rows_auto_takes_raw_rows_of_an_e4m3_model_and_f32_of_another(models, tokens_file,
                                                                        tmp_path):
     for name, want in (("row264", "raw"), ("lloyd4", "f32")):
