@@ -12,9 +12,9 @@
 #      `resident`, `overlap` and `full` (a draft and two alternatives,
 #      right 79% at top 1 and 95% within the top 3), REPEAT repeats, with the
 #      first wheel;
-#   3. decode-sync (not run unless PARTS names it): the same decode with
-#      `--step-edge sync` (each step launched after the host's sync on the
-#      last), against the default edge;
+#   3. decode-ahead (not run unless PARTS names it): the same decode with
+#      `--step-edge ahead` (the next step's lead layers queued behind the
+#      sampled token), against the default edge;
 #   4. floor (not run unless PARTS names it): `resident` against `pinned`
 #      in decode, its step copy from each source, and their kernel traces.
 #
@@ -84,12 +84,12 @@ for part in $parts; do
         run_host new decode --prefill 2048 --decode "$decode" \
             --schedule pinned,resident,overlap,full
         ;;
-    decode-sync)
-        # The same, each step launched after the host's sync on the whole
-        # last step (the edge before `--step-edge ahead`): what queuing the
-        # next step's lead layers behind the sampled token is worth.
-        run_host new decode-sync --prefill 2048 --decode "$decode" \
-            --schedule pinned,resident,overlap,full --step-edge sync
+    decode-ahead)
+        # The same with the next step's embedding and layer 0 queued behind
+        # the sampled token (`--step-edge ahead`): the GPU never idles at
+        # the step's edge, yet its later graphs ran slower on an H100 host.
+        run_host new decode-ahead --prefill 2048 --decode "$decode" \
+            --schedule pinned,resident,overlap,full --step-edge ahead
         ;;
     floor)
         # Why `resident` decodes slower than `pinned`: its step copy from
@@ -168,7 +168,7 @@ for path in sorted(glob.glob(os.path.join(res, "floor-*.json"))):
     for row in json.load(open(path))["summary"]:
         print("   ", row.get("schedule"), "of pinned", row.get("decode_of_pinned"),
               f"({row.get('decode_of_pinned_min')}-{row.get('decode_of_pinned_max')})")
-for name in ("decode", "decode-sync"):
+for name in ("decode", "decode-ahead"):
     path = os.path.join(res, f"{name}.json")
     if not os.path.exists(path):
         continue

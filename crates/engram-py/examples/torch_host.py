@@ -12,12 +12,10 @@ SwiGLU MLP. Rows reach the GPU as a runtime would move them, through
 stream waits on the copy's event right before the Engram block, which marks
 the rows consumed once its kernels are queued; raw rows are decoded on the
 GPU (``DeviceRows.decoder``, inside the decode graphs too). In decode the
-host queues the next step's embedding and the layers before its first
-Engram block behind the sampled token (read by the embedding on the
-device), waits for the token's copy alone, and calls ``step_begin`` as
-soon as the token is on the host, while the GPU runs those layers
-(``--step-edge sync``: the host waits for the whole step and launches the
-next after ``step_begin``).
+host calls ``step_begin`` as soon as the sampled token is on the host
+(``--step-edge ahead`` queues the next step's embedding and the layers
+before its first Engram block behind the sampled token first: a
+diagnostic, slower on an H100, docs/log/2026-12-06-step-edge-ahead.md).
 
 Schedules:
   resident  the floor: the rows read before the run (no storage, no engine).
@@ -705,12 +703,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resident-host-us", type=float, default=0.0,
                    help="a diagnostic of resident's decode: the host spins this long before "
                         "each table's rows without waiting for the GPU")
-    p.add_argument("--step-edge", choices=("ahead", "sync"), default="ahead",
-                   help="decode: ahead (the default) queues the next step's embedding and the "
-                        "segments before its first Engram block behind the sampled token's copy "
-                        "and then waits for that copy alone, as an asynchronous runtime does; "
-                        "sync waits for the whole step and launches the next one after "
-                        "step_begin (the host's work at the step's edge then idles the GPU)")
+    p.add_argument("--step-edge", choices=("sync", "ahead"), default="sync",
+                   help="decode: sync (the default) waits for the whole step and launches the "
+                        "next after step_begin; ahead, a diagnostic, queues the next step's "
+                        "embedding and the segments before its first Engram block behind the "
+                        "sampled token's copy and waits for that copy alone, as an asynchronous "
+                        "runtime does (the GPU never idles at the step's edge, yet on an H100 "
+                        "host every later graph ran 9%% slower: "
+                        "docs/log/2026-12-06-step-edge-ahead.md)")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--no-side-stream", dest="side_stream", action="store_false",
                    help="copy rows on the compute stream (a check of the copy path)")
