@@ -15,13 +15,17 @@
 #   3. decode-ahead (not run unless PARTS names it): the same decode with
 #      `--step-edge ahead` (the next step's lead layers queued behind the
 #      sampled token), against the default edge;
+#      decode-same-stream (not run unless PARTS names it): the same decode
+#      with each step's rows copied on the compute stream (`--no-side-stream`)
+#      instead of a copy stream of their own;
 #   4. floor (not run unless PARTS names it): `resident` against `pinned`
 #      in decode, its step copy from each source, and their kernel traces.
 #
 #   OUT=DIR scripts/device-host.sh ENGRAM_BIN WHEEL [BASE_WHEEL]
 #
 # Results: $OUT/host.tgz (waits-BUILD-WIDTH.json and .log, decode.json and
-# .log, summary.txt). PARTS (waits decode) picks the parts. About 6 minutes
+# .log, summary.txt). PARTS (waits decode) picks the parts, DECODE_SCHEDULES
+# (pinned,resident,overlap,full) the decode parts' schedules. About 6 minutes
 # on 16 cores with a base wheel.
 set -euo pipefail
 bin=${1:?usage: device-host.sh ENGRAM_BIN WHEEL [BASE_WHEEL]}
@@ -32,6 +36,7 @@ work=${WORK:-/tmp/engram-host}
 repeat=${REPEAT:-3}
 decode=${DECODE:-300}
 parts=${PARTS:-waits decode}
+decode_schedules=${DECODE_SCHEDULES:-pinned,resident,overlap,full}
 [ -d crates ] || { echo "device-host: run it from the repository root" >&2; exit 2; }
 here=$(pwd)
 host="$here/crates/engram-py/examples/torch_host.py"
@@ -82,14 +87,21 @@ for part in $parts; do
         ;;
     decode)
         run_host new decode --prefill 2048 --decode "$decode" \
-            --schedule pinned,resident,overlap,full
+            --schedule "$decode_schedules"
+        ;;
+    decode-same-stream)
+        # Whether the copy stream's events and stream switches, on the host
+        # between a table's rows and the launch that needs them, cost more
+        # than copying on the compute stream behind the last graph.
+        run_host new decode-same-stream --prefill 2048 --decode "$decode" \
+            --schedule "$decode_schedules" --no-side-stream
         ;;
     decode-ahead)
         # The same with the next step's embedding and layer 0 queued behind
         # the sampled token (`--step-edge ahead`): the GPU never idles at
         # the step's edge, yet its later graphs ran slower on an H100 host.
         run_host new decode-ahead --prefill 2048 --decode "$decode" \
-            --schedule pinned,resident,overlap,full --step-edge ahead
+            --schedule "$decode_schedules" --step-edge ahead
         ;;
     floor)
         # Why `resident` decodes slower than `pinned`: its step copy from
@@ -168,7 +180,7 @@ for path in sorted(glob.glob(os.path.join(res, "floor-*.json"))):
     for row in json.load(open(path))["summary"]:
         print("   ", row.get("schedule"), "of pinned", row.get("decode_of_pinned"),
               f"({row.get('decode_of_pinned_min')}-{row.get('decode_of_pinned_max')})")
-for name in ("decode", "decode-ahead"):
+for name in ("decode", "decode-ahead", "decode-same-stream"):
     path = os.path.join(res, f"{name}.json")
     if not os.path.exists(path):
         continue

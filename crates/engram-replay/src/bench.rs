@@ -327,6 +327,7 @@ fn summarize(m: &Measured, prefill_tokens: usize, decode_tokens: usize) -> Sched
             stall_us: StallSummary::of(&per_step),
             stall_us_table: per_table,
             hint_call_us: StallSummary::of(&m.hint_call),
+            step_begin_us: StallSummary::of(&m.step_begin),
         },
         io: Default::default(),
         cpu: cpu_report(m, prefill_tokens, decode_tokens),

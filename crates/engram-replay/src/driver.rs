@@ -95,6 +95,9 @@ pub struct Measured {
     /// call (zero for a step without one): not stall, but time the host
     /// spends before it launches the step's layers.
     pub hint_call: Vec<Duration>,
+    /// Per decode step, the forward thread's time in `step_begin` (in the
+    /// stall): what starting a step costs the schedule's caller.
+    pub step_begin: Vec<Duration>,
     /// Every prefill wait, in order, with the compute model's wall time
     /// before it (for the physical floor).
     pub prefill_waits: Vec<WaitPoint>,
@@ -297,8 +300,10 @@ fn decode(
         // delay reaches first.
         let started = Instant::now();
         schedule.step_begin(token, &mut stall)?;
+        let begin = started.elapsed();
         let attributed: Duration = stall.iter().sum();
-        stall[0] += started.elapsed().saturating_sub(attributed);
+        stall[0] += begin.saturating_sub(attributed);
+        measured.step_begin.push(begin);
         let mut hint_call = Duration::ZERO;
         if let Some(drafter) = drafter.as_mut() {
             let offer = drafter.offer(continuation, i);
@@ -542,6 +547,13 @@ mod tests {
         // One hint call time per step; the last step had nothing to hint.
         assert_eq!(m.hint_call.len(), 3);
         assert_eq!(m.hint_call[2], Duration::ZERO);
+        // And the call's own time, per step, all of it.
+        assert_eq!(m.step_begin.len(), 3);
+        assert!(
+            m.step_begin.iter().all(|&t| t >= BEGIN_WORK),
+            "{:?}",
+            m.step_begin
+        );
     }
 
     #[test]

@@ -183,6 +183,10 @@ pub struct DecodeReport {
     /// (`full` with draft hints; zero for the other schedules): not in the
     /// stall, but a host pays it before it launches the step's layers.
     pub hint_call_us: StallSummary,
+    /// Per step, microseconds the forward thread spent in `step_begin`
+    /// (part of the stall): the hash, the reads' hand-off and whatever the
+    /// schedule reads there.
+    pub step_begin_us: StallSummary,
 }
 
 /// CPU time (user + system, every thread of the process) a schedule cost

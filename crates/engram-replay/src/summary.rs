@@ -200,6 +200,7 @@ mod tests {
                 },
                 stall_us_table: vec![StallSummary::default(); 2],
                 hint_call_us: StallSummary::default(),
+                step_begin_us: StallSummary::default(),
             },
             io: Default::default(),
             cpu: CpuReport::default(),

@@ -17,6 +17,7 @@ pub fn about() -> BTreeMap<&'static str, &'static str> {
         ("geomean", "per ratio, geometric mean over prompts of the per-prompt medians (min, max: of those medians)"),
         ("prefill.stall_seconds", "wall time the forward thread was blocked waiting on rows, all tables"),
         ("decode.stall_us", "per decode step, time blocked in step_begin and the waits, microseconds"),
+        ("decode.step_begin_us", "per decode step, the forward thread's time in step_begin, microseconds (in the stall): the hash, the reads' hand-off and any read the schedule makes there"),
         ("decode.hint_call_us", "per decode step, the forward thread's time in the hint call, microseconds (`full` with draft hints; not in the stall, but a host spends it before it launches the step's layers)"),
         ("floor.prefill_stall_seconds", "the least prefill stall a perfect scheduler would leave: max over waits of (unique reads needed so far, rows starting in one 4 KiB page counted once, / device.iops - compute before the wait)"),
         ("floor.stall_over_floor", "measured prefill stall / floor (absent when the floor is 0)"),
