@@ -190,13 +190,21 @@ pub struct HintKindUse {
 }
 
 impl HintKindUse {
-    fn add(&mut self, other: &HintKindUse) {
+    pub(crate) fn add(&mut self, other: &HintKindUse) {
         add_fields!(self, other; rows_read, rows_used, rows_dropped);
         self.hit_rate = rate(self.rows_used, self.rows_read);
     }
 }
 
 impl HintUse {
+    /// The counts of `kind`.
+    pub(crate) fn of_kind_mut(&mut self, kind: HintKind) -> &mut HintKindUse {
+        match kind {
+            HintKind::Draft => &mut self.draft,
+            HintKind::Alternative => &mut self.alternative,
+        }
+    }
+
     /// Adds `other`'s counts into `self` (the hit rates recomputed).
     pub fn add_counts(&mut self, other: &HintUse) {
         self.draft.add(&other.draft);
@@ -454,20 +462,23 @@ impl StatsRecorder {
     /// which `used` were asked for by the step at its position, and
     /// `dropped` were never read.
     pub fn record_hint_use(&self, kind: HintKind, read: u64, used: u64, dropped: u64) {
-        let mut all = match self.hint_use.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        let one = match kind {
-            HintKind::Draft => &mut all.draft,
-            HintKind::Alternative => &mut all.alternative,
-        };
-        one.add(&HintKindUse {
+        let mut one = HintUse::default();
+        one.of_kind_mut(kind).add(&HintKindUse {
             rows_read: read,
             rows_used: used,
             rows_dropped: dropped,
             hit_rate: None,
         });
+        self.record_hint_uses(&one);
+    }
+
+    /// Records the counts of several resolved hints at once.
+    pub fn record_hint_uses(&self, uses: &HintUse) {
+        let mut all = match self.hint_use.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        all.add_counts(uses);
     }
 
     /// Records one batch read of `table`.

@@ -21,7 +21,7 @@ use super::pool::{PoolShared, Task};
 use super::read::ReadCtx;
 use super::ready::InFlight;
 use super::source::{Priority, RowSource};
-use crate::stats::{HintKind, Phase, StatsRecorder};
+use crate::stats::{HintKind, HintKindUse, HintUse, Phase, StatsRecorder};
 use crate::{Error, Result};
 
 /// Most tokens a draft chain may hold ([`Hints::draft`]).
@@ -306,6 +306,10 @@ impl HintBook {
         stats: &StatsRecorder,
     ) -> bool {
         let mut dropped = false;
+        // Counted here and recorded once: this runs at the start of a
+        // step, on the caller's thread.
+        let mut uses = HintUse::default();
+        let mut resolved = false;
         self.entries.retain(|e| {
             let at = e.candidate.position == position;
             let wrong = e.token_at(position).is_some_and(|t| t != token);
@@ -313,9 +317,13 @@ impl HintBook {
                 return true;
             }
             let step = at.then_some(ids);
-            dropped |= account(e, step, cols, stats);
+            dropped |= account(e, step, cols, &mut uses);
+            resolved = true;
             false
         });
+        if resolved {
+            stats.record_hint_uses(&uses);
+        }
         dropped
     }
 
@@ -324,17 +332,19 @@ impl HintBook {
     /// read was dropped.
     pub(crate) fn clear(&mut self, stats: &StatsRecorder) -> bool {
         let mut dropped = false;
+        let mut uses = HintUse::default();
         for e in self.entries.drain(..) {
-            dropped |= account(&e, None, 0, stats);
+            dropped |= account(&e, None, 0, &mut uses);
         }
+        stats.record_hint_uses(&uses);
         dropped
     }
 }
 
-/// Drops `e`'s queued reads and counts its rows: read (and, with the
-/// step's `ids`, used where they are among them) or dropped. True when a
-/// queued read was dropped.
-fn account(e: &Entry, ids: Option<&[u32]>, cols: usize, stats: &StatsRecorder) -> bool {
+/// Drops `e`'s queued reads and counts its rows into `uses`: read (and,
+/// with the step's `ids`, used where they are among them) or dropped.
+/// True when a queued read was dropped.
+fn account(e: &Entry, ids: Option<&[u32]>, cols: usize, uses: &mut HintUse) -> bool {
     let c = &e.candidate;
     let (mut read, mut used, mut dropped) = (0u64, 0u64, 0u64);
     let mut purged = false;
@@ -355,7 +365,12 @@ fn account(e: &Entry, ids: Option<&[u32]>, cols: usize, stats: &StatsRecorder) -
             _ => dropped += n,
         }
     }
-    stats.record_hint_use(e.kind, read, used, dropped);
+    uses.of_kind_mut(e.kind).add(&HintKindUse {
+        rows_read: read,
+        rows_used: used,
+        rows_dropped: dropped,
+        hit_rate: None,
+    });
     purged
 }
 

@@ -401,6 +401,11 @@ impl PoolShared {
 /// Moves the tasks of `owner` from `queue` to `removed`, keeping the
 /// others in order.
 fn take_owned(queue: &mut VecDeque<Box<dyn Task>>, owner: u64, removed: &mut Vec<Box<dyn Task>>) {
+    // Mostly there is none (a step's reader has run by the next step):
+    // then the queue is left as it is, nothing allocated.
+    if !queue.iter().any(|t| t.owner() == owner) {
+        return;
+    }
     let mut kept = VecDeque::with_capacity(queue.len());
     for t in queue.drain(..) {
         if t.owner() == owner {

@@ -28,6 +28,8 @@ pub struct Sequence {
     history: History,
     /// Hints not yet resolved by the step at their position.
     hints: HintBook,
+    /// The current step's row ids, kept so a step allocates none.
+    step_ids: Vec<u32>,
 }
 
 impl std::fmt::Debug for Sequence {
@@ -64,6 +66,7 @@ impl Sequence {
             stats,
             tokens: Vec::new(),
             hints: HintBook::default(),
+            step_ids: Vec::new(),
         }
     }
 
@@ -201,18 +204,19 @@ impl Sequence {
                 self.tokens.len()
             ))
         })?;
-        let mut ids = Vec::new();
+        let ids = &mut self.step_ids;
+        ids.clear();
         // The hash checks the token before it changes the history.
         self.shared
             .hasher
-            .hash(&mut self.history, &[token], None, &mut ids)?;
+            .hash(&mut self.history, &[token], None, ids)?;
         // Nothing below fails.
         // Hints this step makes stale go before its reads are queued: a
         // queued one would only share the device with them.
         let cols = self.shared.columns;
         if self
             .hints
-            .resolve(u64::from(step_token), token, &ids, cols, &self.stats)
+            .resolve(u64::from(step_token), token, ids, cols, &self.stats)
         {
             self.steps.drop_stale_hints(&self.shared.pool);
         }
@@ -220,8 +224,11 @@ impl Sequence {
         self.step += 1;
         self.step_token = step_token;
         self.step_open = true;
-        self.steps
-            .start(&ids, self.shared.config.prefetch, &self.shared.pool);
+        self.steps.start(
+            &self.step_ids,
+            self.shared.config.prefetch,
+            &self.shared.pool,
+        );
         self.tokens.push(token);
         if self.shared.config.lookup_hints {
             let config = &self.shared.config;
