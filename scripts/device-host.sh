@@ -41,7 +41,7 @@ decode_schedules=${DECODE_SCHEDULES:-pinned,resident,overlap,full}
 here=$(pwd)
 host="$here/crates/engram-py/examples/torch_host.py"
 res="$work/results"
-mkdir -p "$res"
+mkdir -p "$res" "$out"
 started=$(date +%s)
 stamp() { echo "device-host: $(( $(date +%s) - started )) s: $*" | tee -a "$res/times.txt" >&2; }
 

@@ -338,11 +338,16 @@ class Host:
                 if seq is not None:
                     seq.step_begin(token)  # the token is on the host: reads start now
                     clock.lap("step_begin")
-                    if self.schedule == "full" and pos + 1 < len(self.tokens):
-                        guess = offer_hints(drafts, int(self.tokens[pos + 1]), self.args, vocab)
                 self.timeline.mark("between")  # the sampling sync and the host's turn
                 if not ahead:
                     h = launch_front(s)
+                if self.schedule == "full" and pos + 1 < len(self.tokens):
+                    # The stand-in for a sampler's top 3 is drawn while the
+                    # GPU runs the lead layers: a runtime has its top-k from
+                    # the step before, and the draw is no part of the
+                    # engine's cost.
+                    guess = offer_hints(drafts, int(self.tokens[pos + 1]), self.args, vocab)
+                    clock.lap("offer")
                 for i in range(lead, len(segments)):
                     seg = segments[i]
                     if seg.table is not None:
