@@ -52,6 +52,8 @@ for s in doc["prompts"][0]["schedules"]:
           "over floor %.2f" % med(fl["stall_over_floor"]) if fl else "",
           "decode mean %.0f us %s" % (med(dc["stall_us"]["mean"]), rng(dc["stall_us"]["mean"])),
           "p99 %.0f us" % med(dc["stall_us"]["p99"]),
+          "step_begin mean %.1f p50 %.1f us" % (med(dc["step_begin_us"]["mean"]),
+                                                 med(dc["step_begin_us"]["p50"])),
           "tok/s %.2f" % med(dc["tokens_per_s"]))
 EOF
 cat "$out/qwen-summary.txt" >&2
